@@ -1,0 +1,165 @@
+"""Builds the pipeline and owns its lifecycle.
+
+sources -> store -> table -> resolver -> DNS listeners (-> forwarder), with
+metrics and the admin endpoints around them. `App.run()` starts everything,
+waits for the stop event, then shuts down in order: /ready turns 503, DNS
+keeps answering for the lameduck period, listeners stop, in-flight queries
+drain, sources stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from .admin import Admin
+from .config import Config
+from .metrics import Metrics
+from .resolve import Resolver
+from .sources.manifests import ManifestSource, default_paths
+from .store import Store
+from .table import Table, TableConfig
+from .transport import DnsServer
+
+log = logging.getLogger(__name__)
+
+
+def advertised_addresses(config: Config) -> tuple[str, ...]:
+    """The addresses `ns.dns.<zone>` answers with (project decision 7).
+
+    Explicit `--ns-address` wins; in a pod, POD_IPS/POD_IP (downward API); else
+    the listen addresses, with a wildcard replaced by this host's address.
+    """
+    if config.ns_addresses:
+        return config.ns_addresses
+    pod_ips = os.environ.get("POD_IPS") or os.environ.get("POD_IP")
+    if pod_ips:
+        return tuple(ip.strip() for ip in pod_ips.split(",") if ip.strip())
+    out: list[str] = []
+    for host, _ in config.listen:
+        if host in ("0.0.0.0", "::", ""):
+            try:
+                host = socket.gethostbyname(socket.gethostname())
+            except OSError:
+                host = "127.0.0.1"
+        if host not in out:
+            out.append(host)
+    return tuple(out)
+
+
+class App:
+    def __init__(self, config: Config, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.stop_event = asyncio.Event()
+        self.store = Store()
+        self.table = Table(
+            TableConfig(config.zones, config.ttl, config.namespaces, advertised_addresses(config)), self.store
+        )
+        self.store.listener = self.table.on_change
+        self.metrics = Metrics(self.registry, self)
+        self.table.on_programmed = self.metrics.programmed
+        self.forwarder = self._make_forwarder()
+        self.resolver = Resolver(self.table, forwarding=self.forwarder is not None)
+        self.server = DnsServer(
+            self.resolver,
+            forward=self.forwarder.forward if self.forwarder is not None else None,
+            observe=self.metrics.observe,
+            reuse_port=config.workers > 1,
+        )
+        self.admin = Admin(self.registry, self.readiness)
+        self.source = self._make_source()
+        self._tasks: list[asyncio.Task] = []
+
+    def _make_source(self):
+        if self.config.uses_api and not self.config.manifests:
+            from .sources.kube import KubeSource
+
+            return KubeSource(self.config, self.store, self.metrics)
+        paths = list(self.config.manifests) or default_paths()
+        if not self.config.manifests:
+            log.info("no --manifests and no cluster: serving the bundled example cluster set from %s", paths[0])
+        return ManifestSource(paths, self.store, on_error=self.metrics.rejected)
+
+    def _make_forwarder(self):
+        from .forward import Forwarder, upstreams_from_config
+
+        upstreams = upstreams_from_config(self.config)
+        if not upstreams:
+            return None
+        return Forwarder(upstreams, self.config, self.metrics)
+
+    def readiness(self) -> tuple[bool, str]:
+        if self.table.synced:
+            return True, ""
+        status = getattr(self.source, "status", None)
+        return False, status() if callable(status) else "not synced"
+
+    async def start(self) -> None:
+        """Load or start watching, wait for sync (bounded), then open the listeners."""
+        if isinstance(self.source, ManifestSource):
+            self.source.load()
+        self._spawn(self.source.run(self.stop_event), "source")
+        if self.forwarder is not None:
+            await self.forwarder.start(self.config, [a for a in self.config.listen])
+        await self._wait_for_sync()
+        for host, port in self.config.listen:
+            await self.server.listen(host, port)
+        if self.config.http_listen is not None:
+            await self.admin.listen(*self.config.http_listen)
+
+    async def _wait_for_sync(self) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout
+        next_log = 0.0
+        while not self.table.synced and time.monotonic() < deadline:
+            if time.monotonic() >= next_log:
+                log.info("waiting for the initial list before starting the server")
+                next_log = time.monotonic() + 2
+            await asyncio.sleep(0.05)
+        if not self.table.synced:
+            log.warning("starting server with an unsynced source (NXDOMAIN answers are SERVFAIL until synced): %s", self.readiness()[1])
+
+    async def run(self) -> None:
+        await self.start()
+        await self.stop_event.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        log.info("shutting down: /ready reports 503, answering for %.1fs more (lameduck)", self.config.lameduck)
+        self.admin.shutting_down = True
+        if self.config.lameduck:
+            await asyncio.sleep(self.config.lameduck)
+        self.server.stop_accepting()
+        await self.server.drain(timeout=2.0)
+        if self.forwarder is not None:
+            self.forwarder.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.admin.close()
+        log.info("stopped")
+
+    def reload(self) -> None:
+        reload = getattr(self.source, "reload", None)
+        if callable(reload):
+            log.info("SIGHUP: re-reading manifests")
+            reload()
+
+    def _spawn(self, coro, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+
+        def done(t: asyncio.Task) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                log.error("%s task failed: %r; stopping", name, t.exception(), exc_info=t.exception())
+                self.stop_event.set()
+
+        task.add_done_callback(done)
+        self._tasks.append(task)
+
+

@@ -1,0 +1,255 @@
+"""The zone logic: objects -> answers, as pure functions (contract sections 2 and 3).
+
+`answer()` decides what one question gets, from the parsed name and a read-only
+view of the objects: CoreDNS's "entries" model (section 2.2) followed by its
+qtype dispatch (handler.go). It does no I/O and knows nothing about packets,
+so the contract's tables test it directly.
+
+`compile_service()` runs `answer()` ahead of time for every name a service
+makes, so the server can answer those from a dict of ready wire bytes; names
+it did not compile (odd spellings, rare types, negative answers) take the same
+`answer()` at query time. Both paths share one implementation, so they cannot
+disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from .names import Kind, Request, parse
+from .objects import EndpointSlice, Port, ServiceImport
+
+# DNS numbers used here (RFC 1035 and successors).
+A, NS, SOA, TXT, AAAA, SRV = 1, 2, 6, 16, 28, 33
+NOERROR, SERVFAIL, NXDOMAIN, REFUSED = 0, 2, 3, 5
+
+DNS_SCHEMA_VERSION = "1.1.0"  # what CoreDNS answers, not the KEP's 1.0.0 (contract 2.6)
+DNS_VERSION_TTL = 28800
+NS_NAME = ("ns", "dns")  # ns.dns.<zone>, CoreDNS's own name for itself
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One (address, port, target) triple of the entries model."""
+
+    ip: str
+    v6: bool
+    port: int
+    target: tuple[str, ...]  # labels left of the zone
+    srv: bool = True  # False for slices without a cluster id (decision 4): no SRV from them
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A resource record with its owner relative to the zone (None = the query name as asked)."""
+
+    owner: tuple[str, ...] | None
+    rtype: int
+    ttl: int
+    data: object  # A/AAAA: address text; SRV: (priority, weight, port, target); TXT: str; NS: target
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the server says: rcode, records, and whether the zone SOA goes in authority."""
+
+    rcode: int
+    answer: tuple[Record, ...] = ()
+    additional: tuple[Record, ...] = ()
+    soa: bool = False
+    apex_soa: bool = False  # the SOA is the answer itself (apex SOA query)
+
+    @property
+    def nxdomain(self) -> bool:
+        return self.rcode == NXDOMAIN
+
+
+NODATA = Answer(NOERROR, soa=True)
+NAME_ERROR = Answer(NXDOMAIN, soa=True)
+NOT_SYNCED = Answer(SERVFAIL, soa=True)  # decision 10: what NXDOMAIN becomes before sync
+
+
+class ZoneView(Protocol):
+    """What the zone logic may read: exposure of namespaces and one service's objects."""
+
+    def namespace_exposed(self, namespace: str) -> bool: ...
+
+    def service(self, namespace: str, name: str) -> "Service | None": ...
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """A ServiceImport with its MCS EndpointSlices: everything one service's names depend on."""
+
+    imp: ServiceImport
+    slices: tuple[EndpointSlice, ...] = ()
+
+
+# --------------------------------------------------------------------------- entries (2.2)
+
+
+def _port_matches(req: Request, port: Port) -> bool:
+    if req.port and req.port != port.name.lower():
+        return False
+    if req.protocol and req.protocol != port.protocol.lower():
+        return False
+    return True
+
+
+def find_entries(req: Request, view: ZoneView) -> tuple[list[Entry], bool]:
+    """CoreDNS `findMultiClusterServices`: (entries, name exists) for a SERVICE request."""
+    svc = view.service(req.namespace, req.service)
+    if svc is None:
+        return [], False
+    imp = svc.imp
+    base = (imp.name, imp.namespace, "svc")
+    entries: list[Entry] = []
+    if imp.headless or req.endpoint:
+        for sl in svc.slices:
+            cluster = sl.cluster
+            if req.endpoint and cluster is None:
+                continue  # no per-endpoint names without a cluster id (decision 4)
+            for addr in sl.addresses:
+                if req.endpoint and (req.cluster != cluster.lower() or req.endpoint != addr.hostname.lower()):
+                    continue
+                target = (addr.hostname, cluster) + base if cluster is not None else base
+                for port in sl.ports:
+                    if _port_matches(req, port):
+                        entries.append(Entry(addr.ip, addr.v6, port.port, target, cluster is not None))
+        return entries, bool(entries)
+    exists = False
+    for port in imp.ports:
+        if not _port_matches(req, port):
+            continue
+        exists = True
+        for ip in imp.ips:
+            entries.append(Entry(ip, ":" in ip and "." not in ip, port.port, base))
+    return entries, exists
+
+
+# --------------------------------------------------------------------------- rendering (backend_lookup.go)
+
+
+def address_records(entries: list[Entry], v6: bool, ttl: int) -> tuple[Record, ...]:
+    seen: set[str] = set()
+    out = []
+    for e in entries:
+        if e.v6 == v6 and e.ip not in seen:
+            seen.add(e.ip)
+            out.append(Record(None, AAAA if v6 else A, ttl, e.ip))
+    return tuple(out)
+
+
+def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tuple[Record, ...]]:
+    """SRV answers and their address glue, with CoreDNS's weights and de-duplication."""
+    counted = [e for e in entries if e.srv]
+    weight = max(1, 100 // len(counted)) if counted else 0
+    answers: list[Record] = []
+    extra: list[Record] = []
+    seen_srv: set[tuple] = set()
+    seen_glue: set[tuple] = set()
+    for e in counted:
+        if e.port == -1:
+            continue
+        key = (e.target, e.port)
+        if key not in seen_srv:
+            seen_srv.add(key)
+            answers.append(Record(None, SRV, ttl, (0, weight, e.port, e.target)))
+        glue = (e.target, e.ip)
+        if glue not in seen_glue:
+            seen_glue.add(glue)
+            extra.append(Record(e.target, AAAA if e.v6 else A, ttl, e.ip))
+    return tuple(answers), tuple(extra)
+
+
+def _positive_or_nodata(answer: tuple[Record, ...], additional: tuple[Record, ...] = ()) -> Answer:
+    return Answer(NOERROR, answer, additional) if answer else NODATA
+
+
+# --------------------------------------------------------------------------- the dispatch (handler.go)
+
+
+def answer(labels: tuple[str, ...], qtype: int, view: ZoneView, ttl: int, ns_addresses: tuple[str, ...]) -> Answer:
+    """The answer to `labels` (lower-cased, left of the zone) for `qtype`, before sync policy.
+
+    AXFR/IXFR and classes are decided by the caller (they are server-level).
+    """
+    if qtype == TXT and labels == ("dns-version",):
+        return Answer(NOERROR, (Record(None, TXT, DNS_VERSION_TTL, DNS_SCHEMA_VERSION),))
+    req = parse(labels)
+    if qtype == SOA:
+        # Apex: the SOA itself; anywhere else NODATA without an existence check (D5).
+        return Answer(NOERROR, apex_soa=True) if req.kind is Kind.APEX else NODATA
+    if qtype == NS and req.kind is Kind.APEX:
+        return Answer(
+            NOERROR,
+            (Record(None, NS, ttl, NS_NAME),),
+            tuple(Record(NS_NAME, AAAA if ":" in ip else A, ttl, ip) for ip in ns_addresses),
+        )
+    if labels == NS_NAME:
+        if qtype in (A, AAAA):
+            return _positive_or_nodata(
+                tuple(Record(None, qtype, ttl, ip) for ip in ns_addresses if (":" in ip) == (qtype == AAAA))
+            )
+        return NAME_ERROR if qtype == TXT else NODATA
+
+    entries, exists = _lookup(req, view)
+    if qtype == A or qtype == AAAA:
+        records = address_records(entries, qtype == AAAA, ttl)
+        if records:
+            return Answer(NOERROR, records)
+    elif qtype == SRV:
+        answers, extra = srv_records(entries, ttl)
+        if answers:
+            return Answer(NOERROR, answers, extra)
+    elif qtype == TXT:
+        # CoreDNS quirk (2.6): TXT is NODATA only where there are entries.
+        return NODATA if entries else NAME_ERROR
+    return NODATA if exists or entries else NAME_ERROR
+
+
+def _lookup(req: Request, view: ZoneView) -> tuple[list[Entry], bool]:
+    kind = req.kind
+    if kind is Kind.SERVICE:
+        if not view.namespace_exposed(req.namespace):
+            return [], False
+        return find_entries(req, view)
+    if kind is Kind.NAMESPACE:
+        return [], view.namespace_exposed(req.namespace)
+    return [], kind is Kind.APEX or kind is Kind.APEX_LIKE
+
+
+# --------------------------------------------------------------------------- ahead of time
+
+
+# The types the server answers from precompiled bytes; every other type takes answer() per query.
+COMPILED_TYPES = (A, AAAA, SRV)
+
+
+def service_names(svc: Service) -> Iterable[tuple[str, ...]]:
+    """The lower-cased names (left of the zone) a service answers for in canonical spelling."""
+    imp = svc.imp
+    base = (imp.name, imp.namespace, "svc")
+    yield base
+    ports: Iterable[Port] = imp.ports
+    if imp.headless:
+        ports = [p for sl in svc.slices for p in sl.ports]
+    seen: set[tuple[str, ...]] = set()
+    for p in ports:
+        if p.name and p.protocol:
+            seen.add((f"_{p.name.lower()}", f"_{p.protocol.lower()}"))
+    for sl in svc.slices:
+        if sl.cluster is None:
+            continue
+        for addr in sl.addresses:
+            seen.add((addr.hostname.lower(), sl.cluster.lower()))
+    for prefix in sorted(seen):
+        yield prefix + base
+
+
+def compile_service(svc: Service, view: ZoneView, ttl: int, ns_addresses: tuple[str, ...]):
+    """(labels, qtype, Answer) for every precompiled question of one service."""
+    for labels in service_names(svc):
+        for qtype in COMPILED_TYPES:
+            yield labels, qtype, answer(labels, qtype, view, ttl, ns_addresses)

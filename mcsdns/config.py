@@ -1,0 +1,99 @@
+"""One frozen configuration object, built once from the command line.
+
+Each default is explained where it is declared. `validate()` raises
+ConfigError with a message that names the flag, the value and the range, so
+the CLI can print it and exit 2 without a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A flag value that cannot be used; the message names flag, value and range."""
+
+
+_ZONE = re.compile(r"^([a-z0-9_]([-a-z0-9_]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([-a-z0-9_]{0,61}[a-z0-9_])?$")
+
+
+@dataclass(frozen=True)
+class Config:
+    # Sources. No manifests and no cluster: the bundled example cluster set.
+    manifests: tuple[Path, ...] = ()
+    kubeconfig: Path | None = None
+    context: str | None = None
+    in_cluster: bool = False  # set when KUBERNETES_SERVICE_HOST is present and no kubeconfig is given
+    labels: str | None = None  # label selector ANDed onto the MCS slice selector (CoreDNS `labels`)
+    resync: float = 600.0  # full relist period: heals any event a watch ever missed
+    startup_timeout: float = 5.0  # CoreDNS default: wait this long for sync before answering at all
+
+    # DNS.
+    listen: tuple[tuple[str, int], ...] = (("127.0.0.1", 5353),)  # unprivileged, loopback: safe to try
+    zones: tuple[str, ...] = ("clusterset.local",)
+    ttl: int = 5  # CoreDNS `ttl` default
+    namespaces: frozenset[str] | None = None  # None: every namespace that exists
+    ns_addresses: tuple[str, ...] = ()  # empty: the pod IP (POD_IP) or the listen addresses
+
+    # Admin HTTP: /health, /ready, /metrics on one listener (CoreDNS's metrics port).
+    http_listen: tuple[str, int] | None = ("127.0.0.1", 9153)
+
+    # Forwarding of names outside the zones.
+    upstreams: tuple[tuple[str, int], ...] | None = None  # None: from /etc/resolv.conf; () = REFUSED
+    upstream_timeout: float = 2.0  # then SERVFAIL to the client
+    upstream_policy: str = "random"  # CoreDNS forward's default
+    max_concurrent: int = 1000  # in-flight forwarded queries; beyond it REFUSED (CoreDNS forward default)
+
+    # Lifecycle and logging.
+    lameduck: float = 5.0  # keep answering this long after SIGTERM while /ready reports 503
+    log_level: str = "INFO"
+    log_queries: bool = False
+    workers: int = 1
+
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def validate(self) -> "Config":
+        if not 0 <= self.ttl <= 3600:
+            raise ConfigError(f"--ttl must be in range [0, 3600]: {self.ttl}")
+        if not self.zones:
+            raise ConfigError("--zone: at least one zone is needed")
+        for zone in self.zones:
+            if not _ZONE.match(zone) or len(zone) > 253:
+                raise ConfigError(f"--zone {zone!r} is not a valid DNS name")
+        if not self.listen:
+            raise ConfigError("--listen: at least one address is needed")
+        if self.startup_timeout < 0:
+            raise ConfigError(f"--startup-timeout must be >= 0: {self.startup_timeout}")
+        if self.resync < 0:
+            raise ConfigError(f"--resync must be >= 0 (0 disables): {self.resync}")
+        if self.lameduck < 0 or self.lameduck > 300:
+            raise ConfigError(f"--lameduck must be in range [0, 300] seconds: {self.lameduck}")
+        if not 0 < self.upstream_timeout <= 60:
+            raise ConfigError(f"--upstream-timeout must be in range (0, 60] seconds: {self.upstream_timeout}")
+        if self.upstream_policy not in ("random", "round_robin", "sequential"):
+            raise ConfigError(f"--policy must be random, round_robin or sequential: {self.upstream_policy!r}")
+        if not 1 <= self.max_concurrent <= 1_000_000:
+            raise ConfigError(f"--max-concurrent must be in range [1, 1000000]: {self.max_concurrent}")
+        if not 1 <= self.workers <= 64:
+            raise ConfigError(f"--workers must be in range [1, 64]: {self.workers}")
+        if self.kubeconfig is not None and not self.kubeconfig.is_file():
+            raise ConfigError(f"--kubeconfig {self.kubeconfig}: no such file")
+        for path in self.manifests:
+            if not path.exists():
+                raise ConfigError(f"--manifests {path}: no such file or directory")
+        return self
+
+    @property
+    def uses_api(self) -> bool:
+        return self.kubeconfig is not None or self.in_cluster
+
+    def describe_source(self) -> str:
+        if self.manifests:
+            return "manifests " + ", ".join(str(p) for p in self.manifests)
+        if self.kubeconfig is not None:
+            return f"Kubernetes API via {self.kubeconfig}" + (f" (context {self.context})" if self.context else "")
+        if self.in_cluster:
+            return "Kubernetes API (in-cluster service account)"
+        return "the bundled example manifests"

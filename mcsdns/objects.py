@@ -1,0 +1,286 @@
+"""Raw Kubernetes JSON -> small frozen records holding only what DNS reads.
+
+Both sources (the API watch and the manifest files) hand this module the
+object exactly as the API serves it (a dict from JSON or YAML). Everything the
+zone logic needs is copied into slotted, immutable records here, and the raw
+dict is dropped: a table of 50k imports then costs a few hundred bytes per
+object instead of the tens of kilobytes a full API object (or a client model
+instance) would.
+
+Validation happens here too, once, at ingest: an object that DNS cannot
+represent raises :class:`InvalidObject` with a reason, the caller logs and
+counts it, and the rest of the table is unaffected.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MCS_GROUP = "multicluster.x-k8s.io"
+LABEL_SERVICE_NAME = "multicluster.kubernetes.io/service-name"
+LABEL_SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
+ANNOTATION_TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
+
+HEADLESS = "Headless"
+CLUSTER_SET_IP = "ClusterSetIP"
+
+# RFC 1123 label, as Kubernetes validates namespace names and endpoint hostnames.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# RFC 1035 label: Service (and so ServiceImport) names must also start with a letter.
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A label value as Kubernetes allows it (the cluster id lives in one).
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+_PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class InvalidObject(ValueError):
+    """An object DNS cannot represent; its message says which field and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Port:
+    """One port as CoreDNS keeps it: number (-1 = "no ports" sentinel), name, protocol."""
+
+    port: int
+    name: str = ""
+    protocol: str = ""
+
+
+NO_PORTS = (Port(-1),)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceImport:
+    namespace: str
+    name: str
+    headless: bool
+    ips: tuple[str, ...]
+    ports: tuple[Port, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """One ready address of an MCS EndpointSlice, with its DNS host label."""
+
+    ip: str
+    v6: bool
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSlice:
+    namespace: str
+    name: str
+    service: str
+    cluster: str | None  # None: the source-cluster label is missing (decision 4)
+    addresses: tuple[Address, ...]
+    ports: tuple[Port, ...]
+    trigger_time: str | None = None  # last-change-trigger-time, for programming latency
+
+    def dns_equivalent(self, other: "EndpointSlice | None") -> bool:
+        """True when `other` would produce the same answers (trigger time ignored)."""
+        return (
+            other is not None
+            and self.service == other.service
+            and self.cluster == other.cluster
+            and self.addresses == other.addresses
+            and self.ports == other.ports
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    name: str
+
+
+Object = ServiceImport | EndpointSlice | Namespace
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _field(obj: dict, *path: str, kind: type | tuple[type, ...] = dict, default: Any = None) -> Any:
+    cur: Any = obj
+    for key in path:
+        if not isinstance(cur, dict):
+            raise InvalidObject(f"{'.'.join(path)}: parent is not an object")
+        cur = cur.get(key)
+        if cur is None:
+            return default
+    if not isinstance(cur, kind):
+        raise InvalidObject(f"{'.'.join(path)}: expected {_kind_name(kind)}, got {type(cur).__name__}")
+    return cur
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {dict: "object", list: "list", str: "string", int: "integer", bool: "boolean"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _metadata(obj: dict, name_pattern: re.Pattern[str], namespaced: bool = True) -> tuple[str, str]:
+    meta = _field(obj, "metadata", default={})
+    name = _field(meta, "name", kind=str, default="")
+    if not name_pattern.match(name):
+        raise InvalidObject(f"metadata.name {name!r} is not a valid DNS label")
+    if not namespaced:
+        return "", name
+    namespace = _field(meta, "namespace", kind=str, default="")
+    if not _DNS_LABEL.match(namespace):
+        raise InvalidObject(f"metadata.namespace {namespace!r} is not a valid DNS label")
+    return namespace, name
+
+
+def object_ref(obj: Any) -> str:
+    """`kind ns/name` for log lines, tolerant of any garbage."""
+    if not isinstance(obj, dict):
+        return f"<{type(obj).__name__}>"
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    ns, name = meta.get("namespace"), meta.get("name")
+    ref = f"{ns}/{name}" if ns else str(name)
+    return f"{obj.get('kind', '?')} {ref}"
+
+
+def _port(item: Any, where: str, *, required: bool) -> Port:
+    if not isinstance(item, dict):
+        raise InvalidObject(f"{where}: expected object")
+    number = item.get("port")
+    if number is None and not required:
+        number = -1
+    elif isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+        raise InvalidObject(f"{where}.port: {number!r} is not a port number (1..65535)")
+    name = _field(item, "name", kind=str, default="")
+    if name and not _PORT_NAME.match(name):
+        raise InvalidObject(f"{where}.name: {name!r} is not a valid port name")
+    protocol = _field(item, "protocol", kind=str, default="")
+    if protocol not in ("", "TCP", "UDP", "SCTP"):
+        raise InvalidObject(f"{where}.protocol: {protocol!r} is not TCP, UDP or SCTP")
+    return Port(number, name, protocol)
+
+
+def parse_ip(text: str) -> tuple[str, bool] | None:
+    """(address as written, is_v6) or None; IPv4-mapped IPv6 counts as IPv4 (as CoreDNS)."""
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return text, False
+    return text, isinstance(ip, ipaddress.IPv6Address)
+
+
+def endpoint_hostname(hostname: str, ip: str) -> str:
+    """CoreDNS's endpointHostname: the hostname, else the address with separators dashed.
+
+    IPv6 is dashed as written in the slice (not re-canonicalised), with a `0`
+    appended when the result would end in `-` (CoreDNS >= 1.12.3).
+    """
+    if hostname:
+        return hostname
+    if "." in ip:
+        return ip.replace(".", "-")
+    dashed = ip.replace(":", "-")
+    return dashed + "0" if dashed.endswith("-") else dashed
+
+
+# --------------------------------------------------------------------------- converters
+
+
+def to_service_import(obj: dict) -> ServiceImport:
+    """Strip a ServiceImport (v1alpha1 or v1beta1: identical schemas) to its DNS fields."""
+    namespace, name = _metadata(obj, _DNS1035_LABEL)
+    spec = _field(obj, "spec", default={})
+    kind = _field(spec, "type", kind=str, default="")
+    if kind not in (HEADLESS, CLUSTER_SET_IP):
+        raise InvalidObject(f"spec.type: {kind!r} is not ClusterSetIP or Headless")
+    ips: list[str] = []
+    for i, text in enumerate(_field(spec, "ips", kind=list, default=[])):
+        if not isinstance(text, str) or parse_ip(text) is None:
+            raise InvalidObject(f"spec.ips[{i}]: {text!r} is not an IP address")
+        ips.append(text)
+    ports = tuple(
+        _port(item, f"spec.ports[{i}]", required=True)
+        for i, item in enumerate(_field(spec, "ports", kind=list, default=[]))
+    )
+    return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports)
+
+
+def to_endpoint_slice(obj: dict) -> EndpointSlice:
+    """Strip an MCS EndpointSlice to its ready addresses, hosts, ports and cluster id.
+
+    Endpoints whose `conditions.ready` is false are dropped here (unset counts
+    as ready, as in CoreDNS). Addresses that are not IPs are ignored with a
+    warning (project decision 5); they never make the slice invalid.
+    """
+    namespace, name = _metadata(obj, _DNS_LABEL_OR_GENERATED)
+    labels = _field(obj, "metadata", "labels", default={})
+    service = labels.get(LABEL_SERVICE_NAME)
+    if not isinstance(service, str) or not _DNS1035_LABEL.match(service):
+        raise InvalidObject(f"label {LABEL_SERVICE_NAME}={service!r} is not a service name")
+    cluster = labels.get(LABEL_SOURCE_CLUSTER)
+    if cluster is not None and (not isinstance(cluster, str) or not cluster or not _LABEL_VALUE.match(cluster)):
+        raise InvalidObject(f"label {LABEL_SOURCE_CLUSTER}={cluster!r} is not a valid cluster id")
+    addresses: list[Address] = []
+    ref = f"EndpointSlice {namespace}/{name}"
+    for i, ep in enumerate(_field(obj, "endpoints", kind=list, default=[])):
+        where = f"endpoints[{i}]"
+        if not isinstance(ep, dict):
+            raise InvalidObject(f"{where}: expected object")
+        ready = _field(ep, "conditions", "ready", kind=bool, default=True)
+        hostname = _field(ep, "hostname", kind=str, default="")
+        if hostname and not _DNS_LABEL.match(hostname):
+            raise InvalidObject(f"{where}.hostname: {hostname!r} is not a valid DNS label")
+        for j, text in enumerate(_field(ep, "addresses", kind=list, default=[])):
+            parsed = parse_ip(text) if isinstance(text, str) else None
+            if parsed is None:
+                log.warning("%s: %s.addresses[%d] %r is not an IP address; ignored", ref, where, j, text)
+                continue
+            if ready:
+                ip, v6 = parsed
+                addresses.append(Address(ip, v6, endpoint_hostname(hostname, ip)))
+    raw_ports = _field(obj, "ports", kind=list, default=[])
+    ports = tuple(_port(item, f"ports[{i}]", required=False) for i, item in enumerate(raw_ports)) or NO_PORTS
+    annotations = _field(obj, "metadata", "annotations", default={})
+    trigger = annotations.get(ANNOTATION_TRIGGER_TIME)
+    return EndpointSlice(
+        namespace, name, service, cluster, tuple(addresses), ports, trigger if isinstance(trigger, str) else None
+    )
+
+
+# EndpointSlice names are DNS subdomains (generated names like `web-abc12`, may contain dots).
+_DNS_LABEL_OR_GENERATED = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def to_namespace(obj: dict) -> Namespace:
+    return Namespace(_metadata(obj, _DNS_LABEL, namespaced=False)[1])
+
+
+KINDS = {
+    "ServiceImport": to_service_import,
+    "EndpointSlice": to_endpoint_slice,
+    "Namespace": to_namespace,
+}
+
+API_VERSIONS = {
+    "ServiceImport": (f"{MCS_GROUP}/v1alpha1", f"{MCS_GROUP}/v1beta1"),
+    "EndpointSlice": ("discovery.k8s.io/v1",),
+    "Namespace": ("v1",),
+}
+
+
+def convert(obj: Any) -> Object:
+    """Any supported object as served by the API -> its DNS record; InvalidObject otherwise."""
+    if not isinstance(obj, dict):
+        raise InvalidObject(f"expected an object, got {type(obj).__name__}")
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise InvalidObject(f"unsupported kind {kind!r}")
+    if obj.get("apiVersion") not in API_VERSIONS[kind]:
+        raise InvalidObject(f"unsupported apiVersion {obj.get('apiVersion')!r} for {kind}")
+    return KINDS[kind](obj)

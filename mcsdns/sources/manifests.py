@@ -1,0 +1,218 @@
+"""The manifests source: Kubernetes objects from YAML/JSON files, re-read on change.
+
+Files hold objects exactly as `kubectl get -o yaml` prints them: several
+documents per file, `kind: List`, or JSON. A namespace exists when a Namespace
+object names it or any object lives in it (project decision 3).
+
+Failure policy: a file that cannot be read or parsed keeps its last good
+objects in service; an object that fails validation is skipped alone and its
+last good version, if any, stays. Each error is logged with file, document
+number and reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from ..objects import KINDS, InvalidObject, Namespace, Object, convert, object_ref
+from ..store import Store
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".yaml", ".yml", ".json")
+POLL_SECONDS = 1.0  # a changed file is re-read within 2 s (two polls at most)
+
+try:
+    _Loader: type = yaml.CSafeLoader
+except AttributeError:  # PyYAML built without libyaml
+    _Loader = yaml.SafeLoader
+
+
+class ManifestError(Exception):
+    """A manifest path that cannot be used at all (missing, not a file or directory)."""
+
+
+@dataclass(slots=True)
+class FileState:
+    stamp: tuple[int, int, int] | None = None  # (mtime_ns, size, inode) of the last read
+    objects: list[Object] = field(default_factory=list)  # last good objects
+    invalid: set[tuple[str, str, str]] = field(default_factory=set)  # (kind, ns, name) rejected this time
+    errors: int = 0
+
+
+def bundled_examples() -> Path:
+    return Path(__file__).resolve().parent.parent / "examples"
+
+
+def expand(paths: list[Path]) -> list[Path]:
+    """Files named by `paths` (a directory contributes its *.yaml/*.yml/*.json, not hidden)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(
+                sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file())
+            )
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ManifestError(f"{path}: no such file or directory")
+    return files
+
+
+def read_documents(path: Path) -> Iterator[tuple[str, Any]]:
+    """(position, raw object) for every object in the file; `kind: List` is flattened.
+
+    Raises OSError or yaml.YAMLError for the whole file.
+    """
+    text = path.read_text(encoding="utf-8")
+    docs = list(yaml.load_all(text, Loader=_Loader))
+    for i, doc in enumerate(docs, 1):
+        if doc is None:
+            continue
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                yield f"document {i}", doc
+                continue
+            for j, item in enumerate(items, 1):
+                yield f"document {i} item {j}", item
+        else:
+            yield f"document {i}", doc
+
+
+def object_id(raw: Any) -> tuple[str, str, str] | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("metadata"), dict):
+        return None
+    meta = raw["metadata"]
+    return (str(raw.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name")))
+
+
+class ManifestSource:
+    """Loads files into the store and keeps them in sync with the disk."""
+
+    def __init__(self, paths: list[Path], store: Store, on_error=None) -> None:
+        self.paths = paths
+        self.store = store
+        self.files: dict[Path, FileState] = {}
+        self.on_error = on_error or (lambda reason: None)  # metrics hook: rejected objects by reason
+
+    def load(self) -> None:
+        """Read every file whose stamp changed and publish the union to the store."""
+        try:
+            current = expand(self.paths)
+        except (ManifestError, OSError) as exc:
+            log.error("manifests: %s; keeping the last good state", exc)
+            current = list(self.files)
+        changed = False
+        for path in current:
+            state = self.files.setdefault(path, FileState())
+            try:
+                st = path.stat()
+                stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            except OSError as exc:
+                log.error("%s: cannot stat (%s); keeping its last good objects", path, exc.strerror or exc)
+                continue
+            if stamp == state.stamp:
+                continue
+            state.stamp = stamp
+            changed |= self._read(path, state)
+        for gone in [p for p in self.files if p not in current]:
+            log.info("%s: removed; its objects are withdrawn", gone)
+            del self.files[gone]
+            changed = True
+        if changed or not self.store.synced_all:
+            self._publish()
+
+    def _read(self, path: Path, state: FileState) -> bool:
+        try:
+            docs = list(read_documents(path))
+        except (OSError, UnicodeDecodeError) as exc:
+            log.error("%s: cannot read (%s); keeping its last good objects", path, getattr(exc, "strerror", None) or exc)
+            self.on_error("unreadable_file")
+            return False
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            log.error("%s: invalid YAML/JSON%s: %s; keeping its last good objects", path, where, _one_line(exc))
+            self.on_error("invalid_yaml")
+            return False
+        objects: list[Object] = []
+        invalid: set[tuple[str, str, str]] = set()
+        for position, raw in docs:
+            kind = raw.get("kind") if isinstance(raw, dict) else None
+            if kind not in KINDS:
+                log.info("%s %s: skipping %s (mcsdns reads ServiceImport, EndpointSlice, Namespace)", path, position, object_ref(raw))
+                continue
+            try:
+                objects.append(convert(raw))
+            except InvalidObject as exc:
+                log.error("%s %s: %s rejected: %s", path, position, object_ref(raw), exc)
+                self.on_error(_reason(exc))
+                oid = object_id(raw)
+                if oid is not None:
+                    invalid.add(oid)
+        state.objects, state.invalid = objects, invalid
+        log.info("%s: loaded %d objects (%d rejected)", path, len(objects), len(invalid))
+        return True
+
+    def _publish(self) -> None:
+        by_kind: dict[str, list[Object]] = {k: [] for k in KINDS}
+        keep: dict[str, set[tuple[str, str]]] = {k: set() for k in KINDS}
+        namespaces: set[str] = set()
+        for state in self.files.values():
+            for obj in state.objects:
+                kind = type(obj).__name__
+                by_kind[kind].append(obj)
+                namespaces.add(obj.name if isinstance(obj, Namespace) else obj.namespace)
+            for kind, ns, name in state.invalid:
+                if kind in keep:
+                    keep[kind].add((ns, name) if kind != "Namespace" else ("", name))
+                if ns:
+                    namespaces.add(ns)
+        by_kind["Namespace"] = [Namespace(n) for n in sorted(namespaces)]
+        # Namespaces first so services appear exposed; imports before slices, like a sync.
+        for kind in ("Namespace", "ServiceImport", "EndpointSlice"):
+            self.store.replace(kind, by_kind[kind], keep[kind])
+            self.store.mark_synced(kind)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll the files until `stop` is set."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), POLL_SECONDS)
+            except asyncio.TimeoutError:
+                pass
+            if not stop.is_set():
+                try:
+                    self.load()
+                except Exception:  # never let a poll kill the source
+                    log.exception("manifests: reload failed; keeping the last good state")
+
+    def reload(self) -> None:
+        """Re-read every file now (SIGHUP)."""
+        for state in self.files.values():
+            state.stamp = None
+        self.load()
+
+
+def _reason(exc: InvalidObject) -> str:
+    text = str(exc)
+    field_name = text.split(":", 1)[0].split(" ", 1)[0]
+    return field_name.split("[", 1)[0] or "invalid"
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def default_paths() -> list[Path]:
+    return [bundled_examples()]
+
+

@@ -1,0 +1,177 @@
+"""The store of normalized objects, shared by every source, feeding the record table.
+
+Sources put stripped records (see objects.py) in; the store keeps the current
+set, indexes slices by the service they belong to, and tells its listener
+which services and namespaces changed so only those are recompiled. Writes
+that change nothing DNS can see (a resync, a status update, a re-read file)
+produce no notification.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .objects import EndpointSlice, Namespace, Object, ServiceImport
+
+log = logging.getLogger(__name__)
+
+ServiceKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(slots=True)
+class Changes:
+    """What one batch of writes touched."""
+
+    services: set[ServiceKey] = field(default_factory=set)
+    namespaces: set[str] = field(default_factory=set)
+    # Programming-latency origins: per service, the earliest trigger time text or arrival.
+    triggers: dict[ServiceKey, str | None] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.services or self.namespaces)
+
+
+KINDS = ("ServiceImport", "EndpointSlice", "Namespace")
+
+
+class Store:
+    """Current objects by kind; `listener(changes)` runs after every effective write."""
+
+    def __init__(self, listener: Callable[[Changes], None] | None = None) -> None:
+        self.imports: dict[ServiceKey, ServiceImport] = {}
+        self.slices: dict[ServiceKey, EndpointSlice] = {}  # (namespace, slice name)
+        self.by_service: dict[ServiceKey, dict[str, EndpointSlice]] = {}
+        self.namespaces: set[str] = set()
+        self.synced: set[str] = set()  # kinds whose initial list completed
+        self.required: set[str] = set(KINDS)
+        self.listener = listener
+        self._warned_clusterless: set[ServiceKey] = set()
+
+    # ----------------------------------------------------------------- reads
+
+    def service_slices(self, key: ServiceKey) -> tuple[EndpointSlice, ...]:
+        return tuple(self.by_service.get(key, {}).values())
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "ServiceImport": len(self.imports),
+            "EndpointSlice": len(self.slices),
+            "Namespace": len(self.namespaces),
+        }
+
+    # ----------------------------------------------------------------- writes
+
+    def apply(self, obj: Object) -> None:
+        changes = Changes()
+        self._apply(obj, changes)
+        self._emit(changes)
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        changes = Changes()
+        self._delete(kind, namespace, name, changes)
+        self._emit(changes)
+
+    def replace(self, kind: str, objects: Iterable[Object], keep: Iterable[tuple[str, str]] = ()) -> None:
+        """Make `kind` hold exactly `objects` (a relist), plus the old versions of `keep`.
+
+        `keep` names objects that exist but failed validation this time: their
+        last good version stays in service (nothing already known is lost).
+        Objects are applied one by one, so a relist never holds two copies.
+        """
+        changes = Changes()
+        present: set[tuple[str, str]] = set(keep)
+        for obj in objects:
+            present.add(_key(obj))
+            self._apply(obj, changes)
+        for key in [k for k in self._keys(kind) if k not in present]:
+            self._delete(kind, key[0], key[1], changes)
+        self._emit(changes)
+
+    @property
+    def synced_all(self) -> bool:
+        """Every kind a source watches has completed its initial list (decision 10)."""
+        return self.required <= self.synced
+
+    def mark_synced(self, kind: str) -> None:
+        self.synced.add(kind)
+
+    def mark_unsynced(self, kind: str) -> None:
+        self.synced.discard(kind)
+
+    # ----------------------------------------------------------------- internals
+
+    def _keys(self, kind: str) -> list[tuple[str, str]]:
+        if kind == "ServiceImport":
+            return list(self.imports)
+        if kind == "EndpointSlice":
+            return list(self.slices)
+        return [("", n) for n in self.namespaces]
+
+    def _apply(self, obj: Object, changes: Changes) -> None:
+        if isinstance(obj, ServiceImport):
+            key = (obj.namespace, obj.name)
+            if self.imports.get(key) != obj:
+                self.imports[key] = obj
+                changes.services.add(key)
+        elif isinstance(obj, EndpointSlice):
+            key = (obj.namespace, obj.name)
+            old = self.slices.get(key)
+            if obj.dns_equivalent(old):
+                self.slices[key] = obj  # keep the newest trigger time without a recompile
+                self.by_service[(obj.namespace, obj.service)][obj.name] = obj
+                return
+            if old is not None and old.service != obj.service:
+                self._unindex(old, changes)
+            self.slices[key] = obj
+            svc = (obj.namespace, obj.service)
+            self.by_service.setdefault(svc, {})[obj.name] = obj
+            changes.services.add(svc)
+            changes.triggers.setdefault(svc, obj.trigger_time)
+            if obj.cluster is None and key not in self._warned_clusterless:
+                self._warned_clusterless.add(key)
+                log.warning(
+                    "EndpointSlice %s/%s has no multicluster.kubernetes.io/source-cluster label: "
+                    "its addresses answer the service name, but it makes no per-endpoint names or SRV records",
+                    obj.namespace,
+                    obj.name,
+                )
+        elif isinstance(obj, Namespace):
+            if obj.name not in self.namespaces:
+                self.namespaces.add(obj.name)
+                changes.namespaces.add(obj.name)
+
+    def _unindex(self, sl: EndpointSlice, changes: Changes) -> None:
+        svc = (sl.namespace, sl.service)
+        members = self.by_service.get(svc)
+        if members is not None:
+            members.pop(sl.name, None)
+            if not members:
+                del self.by_service[svc]
+        changes.services.add(svc)
+        changes.triggers.setdefault(svc, None)
+
+    def _delete(self, kind: str, namespace: str, name: str, changes: Changes) -> None:
+        if kind == "ServiceImport":
+            if self.imports.pop((namespace, name), None) is not None:
+                changes.services.add((namespace, name))
+        elif kind == "EndpointSlice":
+            old = self.slices.pop((namespace, name), None)
+            if old is not None:
+                self._unindex(old, changes)
+                self._warned_clusterless.discard((namespace, name))
+        elif kind == "Namespace":
+            if name in self.namespaces:
+                self.namespaces.discard(name)
+                changes.namespaces.add(name)
+
+    def _emit(self, changes: Changes) -> None:
+        if changes and self.listener is not None:
+            self.listener(changes)
+
+
+def _key(obj: Object) -> tuple[str, str]:
+    if isinstance(obj, Namespace):
+        return ("", obj.name)
+    return (obj.namespace, obj.name)

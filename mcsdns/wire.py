@@ -1,0 +1,332 @@
+"""DNS wire format: reading questions and writing replies, by hand and fast.
+
+The server never builds a message object per query. A reply is the query's
+header (ID, RD/CD copied), the query's own question bytes (so the name's case
+is echoed exactly), and a body compiled ahead of time whose names point back
+into that question. Because the lookup key is the lower-cased question name,
+the question's layout -- and so every pointer -- is known when the body is
+compiled; a query costs a parse, a dict lookup and a few byte copies.
+
+Failure policy (as dnspython's nanonameserver and miekg/dns): no usable
+header -> drop; a header but a malformed question -> FORMERR.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from dataclasses import dataclass
+
+from .compile import AAAA, NS, SOA, SRV, TXT, A, Answer, Record
+
+HEADER = struct.Struct(">HHHHHH")
+U16 = struct.Struct(">H")
+RR_FIXED = struct.Struct(">HHIH")  # type, class, ttl, rdlength
+SRV_FIXED = struct.Struct(">HHH")
+SOA_TIMERS = struct.Struct(">IIIII")
+
+QR, AA, TC, RD, CD = 0x8000, 0x0400, 0x0200, 0x0100, 0x0010
+OPCODE_MASK = 0x7800
+FORMERR, SERVFAIL, NOTIMP, REFUSED = 1, 2, 4, 5
+BADVERS = 16
+OPT = 41
+CLASS_IN = 1
+MAX_UDP = 512  # without EDNS (RFC 1035)
+MAX_TCP = 65535
+
+
+class Malformed(Exception):
+    """The question or EDNS record cannot be read: answer FORMERR."""
+
+
+@dataclass(slots=True)
+class Query:
+    """What the server needs from a query; `raw` is kept for forwarding."""
+
+    raw: bytes
+    id: int
+    flags: int
+    qend: int  # offset just past the question (name + type + class)
+    lname: bytes  # question name in wire form, lower-cased: the lookup key
+    qtype: int
+    qclass: int
+    edns: bool = False
+    udp_size: int = MAX_UDP
+    do: bool = False
+    edns_version: int = 0
+
+
+def parse_query(data: bytes) -> Query:
+    """Read header, question and EDNS; Malformed where a reply is still possible.
+
+    Callers check `len(data) >= 12` first: shorter input has no ID to reply to.
+    """
+    qid, flags, qd, an, ns, ar = HEADER.unpack_from(data)
+    if qd != 1:
+        raise Malformed(f"{qd} questions")
+    n = len(data)
+    i = 12
+    while True:
+        if i >= n:
+            raise Malformed("question name runs past the end")
+        length = data[i]
+        if length == 0:
+            break
+        if length > 63:
+            raise Malformed("compressed or extended label in question")
+        i += length + 1
+    name_end = i + 1
+    if name_end - 12 > 255:
+        raise Malformed("question name longer than 255 bytes")
+    qend = name_end + 4
+    if qend > n:
+        raise Malformed("question truncated")
+    qtype, qclass = struct.unpack_from(">HH", data, name_end)
+    q = Query(data, qid, flags, qend, data[12:name_end].lower(), qtype, qclass)
+    if an or ns or ar:
+        _read_edns(q, data, qend, an + ns, ar)
+    return q
+
+
+def _skip_name(data: bytes, i: int) -> int:
+    n = len(data)
+    while True:
+        if i >= n:
+            raise Malformed("record name runs past the end")
+        length = data[i]
+        if length == 0:
+            return i + 1
+        if length & 0xC0 == 0xC0:
+            if i + 2 > n:
+                raise Malformed("truncated pointer")
+            return i + 2
+        if length > 63:
+            raise Malformed("extended label type")
+        i += length + 1
+
+
+def _read_edns(q: Query, data: bytes, i: int, skip: int, ar: int) -> None:
+    n = len(data)
+    seen_opt = False
+    for index in range(skip + ar):
+        start = i
+        i = _skip_name(data, i)
+        if i + 10 > n:
+            raise Malformed("record truncated")
+        rtype, rclass, ttl, rdlen = RR_FIXED.unpack_from(data, i)
+        i += 10 + rdlen
+        if i > n:
+            raise Malformed("record data runs past the end")
+        if index >= skip and rtype == OPT:
+            if seen_opt or data[start] != 0:
+                raise Malformed("bad or repeated OPT record")
+            seen_opt = True
+            q.edns = True
+            q.udp_size = max(MAX_UDP, rclass)
+            q.edns_version = (ttl >> 16) & 0xFF
+            q.do = bool(ttl & 0x8000)
+
+
+# --------------------------------------------------------------------------- names
+
+
+def encode_labels(labels: tuple[str, ...] | list[str]) -> bytes:
+    out = bytearray()
+    for label in labels:
+        raw = label.encode()
+        if not 0 < len(raw) <= 63:
+            raise ValueError(f"label {label!r} is not 1..63 bytes")
+        out.append(len(raw))
+        out += raw
+    return bytes(out)
+
+
+def pointer(offset: int) -> bytes:
+    return U16.pack(0xC000 | offset)
+
+
+def label_offsets(lname: bytes) -> list[int]:
+    """Offset (from the name's start) of each label of a wire name, root excluded."""
+    offsets = []
+    i = 0
+    while i < len(lname) and lname[i]:
+        offsets.append(i)
+        i += lname[i] + 1
+    return offsets
+
+
+def split_labels(lname: bytes) -> tuple[str, ...]:
+    out = []
+    i = 0
+    while i < len(lname) and lname[i]:
+        out.append(lname[i + 1 : i + 1 + lname[i]].decode("latin-1"))
+        i += lname[i] + 1
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A compiled reply for one question layout: everything after the question.
+
+    `ends` are the end offsets of each record inside `body`, used to truncate
+    without re-encoding; `zone_slots` are where (inside `body`) the zone name is spelled out
+    (SRV targets are never compressed, RFC 2782), to be re-cased for queries
+    that spell the zone in mixed case.
+    """
+
+    flags: int  # AA and rcode bits
+    an: int
+    ns: int
+    ar: int
+    body: bytes
+    ends: tuple[int, ...]
+    zone_slots: tuple[int, ...] = ()
+    soa: bool = False  # append the zone SOA (authority) at query time: it carries the serial
+    zone_at: int = 12  # where the zone starts in the question, for that SOA
+
+
+class Renderer:
+    """Encodes `Answer`s for one question layout (name length and zone position).
+
+    Owner names point into the question (`qname_at` 12); names below the zone
+    are written as their own labels plus a pointer to the zone's position in
+    the question, which is what echoes the query's case.
+    """
+
+    def __init__(self, lname: bytes, zone_len: int) -> None:
+        self.qlen = len(lname) + 4
+        self.zone_at = 12 + len(lname) - zone_len  # offset of the zone inside the question
+        self.zone_lname = lname[len(lname) - zone_len :]
+        # Suffixes of the question name that owners may point to: relative labels -> offset.
+        qlabels = split_labels(lname)
+        zone_labels = len(split_labels(self.zone_lname))
+        rel = qlabels[: len(qlabels) - zone_labels]
+        offsets = label_offsets(lname)
+        self.suffixes = {rel[i:]: 12 + offsets[i] for i in range(len(rel))}
+        self.suffixes[()] = self.zone_at
+
+    def name(self, labels: tuple[str, ...]) -> bytes:
+        """A name below the zone, compressed against the question."""
+        lowered = tuple(label.lower() for label in labels)
+        for i in range(len(labels) + 1):
+            at = self.suffixes.get(lowered[i:])
+            if at is not None:
+                return encode_labels(labels[:i]) + pointer(at)
+        raise AssertionError("the zone suffix is always present")
+
+    def record(self, rec: Record, out: bytearray, zone_slots: list[int]) -> None:
+        owner = pointer(12) if rec.owner is None else self.name(rec.owner)
+        rtype, data = rec.rtype, rec.data
+        if rtype == A:
+            ip = ipaddress.ip_address(data)
+            rdata = (ip.ipv4_mapped or ip).packed if ip.version == 6 else ip.packed
+        elif rtype == AAAA:
+            rdata = ipaddress.IPv6Address(data).packed
+        elif rtype == SRV:
+            prio, weight, port, target = data
+            spelled = encode_labels(target)
+            zone_slots.append(len(out) + len(owner) + 10 + 6 + len(spelled))
+            rdata = SRV_FIXED.pack(prio, weight, port) + spelled + self.zone_lname
+        elif rtype == TXT:
+            text = data.encode()
+            rdata = bytes([len(text)]) + text
+        elif rtype == NS:
+            rdata = self.name(data)
+        else:
+            raise ValueError(f"cannot render type {rtype}")
+        out += owner
+        out += RR_FIXED.pack(rtype, CLASS_IN, rec.ttl, len(rdata))
+        out += rdata
+
+    def render(self, ans: Answer, soa_ttl: int = 0, soa_min: int = 0, serial: int = 0) -> Body:
+        out = bytearray()
+        ends: list[int] = []
+        slots: list[int] = []
+        if ans.apex_soa:
+            out += self.soa(soa_ttl, soa_min, serial)
+            ends.append(len(out))
+        for rec in ans.answer + ans.additional:
+            self.record(rec, out, slots)
+            ends.append(len(out))
+        an = len(ans.answer) + (1 if ans.apex_soa else 0)
+        return Body(AA | ans.rcode, an, 0, len(ans.additional), bytes(out), tuple(ends), tuple(slots), ans.soa, self.zone_at)
+
+    def soa(self, ttl: int, minimum: int, serial: int) -> bytes:
+        return soa_record(self.zone_at, ttl, minimum, serial)
+
+
+def soa_record(zone_at: int, ttl: int, minimum: int, serial: int) -> bytes:
+    """`Z <ttl> IN SOA ns.dns.Z. hostmaster.Z. serial 7200 1800 86400 minimum` (contract 3.2)."""
+    zone = pointer(zone_at)
+    rdata = b"\x02ns\x03dns" + zone + b"\x0ahostmaster" + zone + SOA_TIMERS.pack(serial, 7200, 1800, 86400, minimum)
+    return zone + RR_FIXED.pack(SOA, CLASS_IN, ttl, len(rdata)) + rdata
+
+
+# --------------------------------------------------------------------------- replies
+
+
+def opt_record(q: Query) -> bytes:
+    """The reply's OPT: version 0, the client's UDP size, DO copied, no options (CoreDNS SizeAndDo)."""
+    return b"\x00" + RR_FIXED.pack(OPT, q.udp_size, 0x8000 if q.do else 0, 0)
+
+
+
+
+def assemble(q: Query, body: Body, authority: bytes, limit: int, zone_case: bytes | None = None) -> bytes:
+    """Header + question + compiled body (+ SOA authority) (+ OPT), truncated to `limit`.
+
+    A body holds either records (positive answers) or nothing but the SOA
+    authority (NODATA, NXDOMAIN), never both, so sections stay in wire order.
+    """
+    data = body.body
+    if zone_case is not None and body.zone_slots:
+        patched = bytearray(data)
+        for at in body.zone_slots:
+            patched[at : at + len(zone_case)] = zone_case
+        data = bytes(patched)
+    flags = QR | (q.flags & (RD | CD | OPCODE_MASK)) | body.flags
+    opt = opt_record(q) if q.edns else b""
+    head = q.raw[12 : q.qend]
+    if 12 + len(head) + len(data) + len(authority) + len(opt) > limit:
+        return _truncate(q, flags, head, data, authority, body, opt, limit)
+    return HEADER.pack(q.id, flags, 1, body.an, 1 if authority else 0, body.ar + (1 if opt else 0)) + head + data + authority + opt
+
+
+def _truncate(q: Query, flags: int, head: bytes, data: bytes, authority: bytes, body: Body, opt: bytes, limit: int) -> bytes:
+    """miekg/dns Msg.Truncate: keep records in order while they fit, TC if any was dropped."""
+    room = limit - len(opt) - 12 - len(head)
+    kept = 0
+    for end in body.ends:
+        if end > room:
+            break
+        kept += 1
+    kept_an = min(kept, body.an)
+    kept_ns = 1 if authority and len(authority) <= room else 0
+    records = data[: body.ends[kept - 1]] if kept else b""
+    flags |= TC if kept < len(body.ends) or (authority and not kept_ns) else 0
+    return (
+        HEADER.pack(q.id, flags, 1, kept_an, kept_ns, kept - kept_an + (1 if opt else 0))
+        + head
+        + records
+        + (authority if kept_ns else b"")
+        + opt
+    )
+
+
+def error_reply(data: bytes, rcode: int, q: Query | None = None) -> bytes:
+    """A bare reply with `rcode`: header only, or header + question when it was readable.
+
+    REFUSED/NOTIMP/FORMERR carry no SOA (CoreDNS writes these at server level).
+    """
+    qid, flags = struct.unpack_from(">HH", data)
+    flags = QR | (flags & (RD | CD | OPCODE_MASK)) | (rcode & 0xF)
+    if q is None:
+        return HEADER.pack(qid, flags, 0, 0, 0, 0)
+    opt = b""
+    if q.edns:
+        ext = (rcode >> 4) << 24
+        opt = b"\x00" + RR_FIXED.pack(OPT, q.udp_size, ext | (0x8000 if q.do else 0), 0)
+    return HEADER.pack(qid, flags, 1, 0, 0, 1 if opt else 0) + data[12 : q.qend] + opt

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build the real parts the tests run beside mcsdns -- kube-apiserver, etcd and a
+# trimmed CoreDNS -- from the Go module proxy into a cache outside the checkout,
+# and fetch the ServiceImport CRDs from the sigs.k8s.io/mcs-api module.
+#
+# Prints the bin directory on its last line. Binaries are cached by the hash of
+# each wrapper module (go.mod, go.sum, sources), so a warm run takes seconds.
+# Nothing built here is ever committed (see ../../shared/spec/k8s-testbed.md).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${MCSDNS_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcsdns/testbin}
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+export CGO_ENABLED=0
+
+hash_of() { (cd "$1" && cat go.mod go.sum *.go | sha256sum | cut -c1-16); }
+
+build_module() {  # build_module DIR OUT -- PKG=NAME...
+    local dir=$1 out=$2; shift 2
+    local h; h=$(hash_of "$dir")
+    local dest="$out/$h"
+    if [ -f "$dest/.complete" ]; then echo "$dest"; return; fi
+    mkdir -p "$dest"
+    local spec pkg name
+    for spec in "$@"; do
+        pkg=${spec%%=*}; name=${spec##*=}
+        echo "building $name from $pkg (cold builds take 10-20 minutes)" >&2
+        (cd "$dir" && go build -trimpath -ldflags "$LDFLAGS" -o "$dest/$name.tmp" "$pkg")
+        mv "$dest/$name.tmp" "$dest/$name"
+    done
+    touch "$dest/.complete"
+    echo "$dest"
+}
+
+bin="$cache/bin"
+mkdir -p "$bin"
+
+LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
+kube=$(build_module "$here/kube" "$cache/kube" \
+    k8s.io/kubernetes/cmd/kube-apiserver=kube-apiserver \
+    go.etcd.io/etcd/server/v3=etcd)
+LDFLAGS="-s -w"
+coredns=$(build_module "$here/coredns" "$cache/coredns" .=coredns)
+
+ln -sf "$kube/kube-apiserver" "$bin/kube-apiserver"
+ln -sf "$kube/etcd" "$bin/etcd"
+ln -sf "$coredns/coredns" "$bin/coredns"
+
+# ServiceImport CRDs: v0.5.0 serves v1beta1 (storage) and v1alpha1; v0.4.1 serves
+# only v1alpha1 -- the tests install one or the other to exercise discovery.
+crd=config/crd/multicluster.x-k8s.io_serviceimports.yaml
+for v in v0.5.0 v0.4.1; do
+    target="$cache/crds/$v/serviceimports.yaml"
+    if [ ! -f "$target" ]; then
+        mkdir -p "$(dirname "$target")"
+        dir=$(cd "$here/kube" && go mod download -json "sigs.k8s.io/mcs-api@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+        cp "$dir/$crd" "$target.tmp" && chmod 644 "$target.tmp" && mv "$target.tmp" "$target"
+    fi
+done
+
+"$bin/kube-apiserver" --version >&2
+"$bin/etcd" --version | head -1 >&2
+"$bin/coredns" -version | head -1 >&2
+echo "$cache"

@@ -1,0 +1,38 @@
+// Command coredns is a trimmed CoreDNS: only the plugins the differential
+// tests and benchmarks need, so the build does not pull every cloud SDK.
+// See coredns.io "compile time enabling or disabling plugins".
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	_ "github.com/coredns/coredns/plugin/cache"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/forward"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/metrics"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+// directives is the plugin order, a subset of CoreDNS's plugin.cfg order.
+var directives = []string{
+	"prometheus",
+	"errors",
+	"log",
+	"health",
+	"ready",
+	"cache",
+	"kubernetes",
+	"forward",
+}
+
+func init() {
+	dnsserver.Directives = directives
+}
+
+func main() {
+	coremain.Run()
+}

@@ -1,0 +1,12 @@
+//go:build tools
+
+// Package tools pins the upstream mains this module builds: kube-apiserver
+// and etcd, at the versions Kubernetes 1.34 itself uses. Nothing here is
+// our code; the module exists only so `go build` can resolve k8s.io/kubernetes
+// with its staging modules replaced by their published versions.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+)
