@@ -1,0 +1,118 @@
+"""Shared pytest fixtures.
+
+Other fixtures may be added to this file; keep each group in its own delimited
+block.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# tests/ is not a package; make `import testbed` work under any --import-mode.
+_TESTS_DIR = str(Path(__file__).resolve().parent)
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+# ============================================================================ #
+# BEGIN kube testbed fixtures (real etcd + kube-apiserver, see tests/testbed.py)
+# ============================================================================ #
+
+from testbed import ApiError, Testbed, find_testbin  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "kube: needs the real etcd + kube-apiserver testbed (tools/testbin/build.sh)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the testbin as `kube`, so `-m "not kube"` deselects it."""
+    for item in items:
+        if "testbin" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kube)
+
+
+def require_testbin() -> Path:
+    """The testbin cache, or skip -- except in CI, where a missing build must fail.
+
+    Skipping in CI would let the whole kube suite silently vanish from the run.
+    """
+    try:
+        return find_testbin()
+    except RuntimeError as err:
+        if os.environ.get("CI"):
+            pytest.fail(str(err), pytrace=False)
+        pytest.skip(str(err))
+
+
+@pytest.fixture(scope="session")
+def testbin() -> Path:
+    """The testbin cache dir, for tests that start their own Testbed (or CoreDNS)."""
+    return require_testbin()
+
+
+@pytest.fixture(scope="session")
+def testbed(testbin: Path) -> Iterator[Testbed]:
+    """One etcd + kube-apiserver for the whole session (start takes ~3 s).
+
+    Tests share it, so they must isolate themselves by namespace (see
+    `fresh_namespace`) and restore any cluster-scoped state they change (CRD
+    version, apiserver running).
+    """
+    bed = Testbed(testbin)
+    bed.start()
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
+_namespace_counter = itertools.count(1)
+
+
+@pytest.fixture
+def fresh_namespace(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new, uniquely named namespace; its EndpointSlices/ServiceImports are removed afterwards.
+
+    The namespace itself is left in place on purpose: without kube-controller-manager
+    nothing finalizes a deleted namespace, so it would hang in Terminating forever.
+    """
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{stem or 'test'}-{next(_namespace_counter)}"
+    testbed.create_namespace(name)
+    yield name
+    _empty_namespace(testbed, name)
+
+
+def _empty_namespace(testbed: Testbed, namespace: str) -> None:
+    """Delete the objects mcsdns reads, whatever ServiceImport version is served now."""
+    if not testbed.apiserver or not testbed.apiserver.running():
+        return  # a test left the apiserver down; nothing to clean through
+    paths = [f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+             f"/api/v1/namespaces/{namespace}/services"]
+    paths += [f"/apis/multicluster.x-k8s.io/{v}/namespaces/{namespace}/serviceimports"
+              for v in testbed.served_mcs_versions()[:1]]
+    for path in paths:
+        try:
+            if path.endswith("/services"):
+                # Services have no deletecollection; delete one by one.
+                for svc in testbed.api.request("GET", path)["items"]:
+                    testbed.api.request("DELETE", f"{path}/{svc['metadata']['name']}")
+            else:
+                testbed.api.request("DELETE", path)
+        except ApiError as err:
+            if err.status != 404:
+                raise
+
+# ============================================================================ #
+# END kube testbed fixtures
+# ============================================================================ #
