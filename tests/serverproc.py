@@ -1,0 +1,129 @@
+"""Run the real `mcsdns serve` as a subprocess on free loopback ports.
+
+The one helper the real-socket tests share: it picks free ports, starts the
+command, waits until DNS answers and /health is up, and stops the process by
+PID (SIGTERM, then SIGKILL) however the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import dns.message
+import dns.query
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def free_port(kind: int = socket.SOCK_DGRAM) -> int:
+    """A port free for both UDP and TCP on 127.0.0.1 (checked for both)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                t.bind(("127.0.0.1", port))
+                u.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port")
+
+
+class Server:
+    """`mcsdns serve ARGS` on 127.0.0.1:<dns_port>, admin on 127.0.0.1:<http_port>."""
+
+    def __init__(self, *args: str, wait_ready: bool = True, env: dict | None = None) -> None:
+        self.dns_port = free_port()
+        self.http_port = free_port(socket.SOCK_STREAM)
+        self.args = list(args)
+        self.wait_ready = wait_ready
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def addr(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.dns_port)
+
+    def start(self, log_path: Path | None = None, timeout: float = 20) -> "Server":
+        cmd = [
+            sys.executable, "-m", "mcsdns", "serve",
+            "--listen", f"127.0.0.1:{self.dns_port}",
+            "--http-listen", f"127.0.0.1:{self.http_port}",
+            "--lameduck", "0",
+            *self.args,
+        ]  # fmt: skip
+        self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"mcsdns-test-{self.dns_port}.log"
+        self._log = open(self.log_path, "wb")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mcsdns exited with {self.proc.returncode}:\n{self.log()}")
+            if self._answers() and (not self.wait_ready or self.http("/ready")[0] == 200):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"mcsdns did not become ready in {timeout}s:\n{self.log()}")
+
+    def _answers(self) -> bool:
+        try:
+            dns.query.udp(dns.message.make_query("probe.invalid.", "A"), "127.0.0.1", port=self.dns_port, timeout=0.2)
+            return True
+        except Exception:
+            return False
+
+    def http(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def query(self, qname: str, qtype: str = "A", *, tcp: bool = False, timeout: float = 2, **kw) -> dns.message.Message:
+        q = dns.message.make_query(qname, qtype, **kw)
+        if tcp:
+            return dns.query.tcp(q, "127.0.0.1", port=self.dns_port, timeout=timeout)
+        return dns.query.udp(q, "127.0.0.1", port=self.dns_port, timeout=timeout, ignore_trailing=False)
+
+    def log(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 10) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
