@@ -64,7 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the clusterset.local zone",
         description="Serve the Kubernetes Multi-Cluster Services DNS zone (clusterset.local) over UDP and TCP, "
         "from manifest files or a live cluster. Option names follow CoreDNS's kubernetes plugin where one exists.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     src = s.add_argument_group("sources")
     src.add_argument("--manifests", metavar="PATH", action="append", type=Path, default=[],
@@ -76,15 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--labels", metavar="SELECTOR", default=None,
                      help="label selector that MCS EndpointSlices must also match (CoreDNS `labels`)")
     src.add_argument("--resync", metavar="DURATION", type=_seconds, default=600.0,
-                     help="full relist period that heals any missed watch event, seconds (0 disables)")
+                     help="full relist period that heals any missed watch event (default 10m; 0 disables)")
     src.add_argument("--startup-timeout", metavar="DURATION", type=_seconds, default=5.0,
-                     help="how long to wait for the initial sync before answering at all (CoreDNS `startup_timeout`)")
+                     help="how long to wait for the initial sync before answering at all (CoreDNS `startup_timeout`; default 5s)")
     dns = s.add_argument_group("DNS")
     dns.add_argument("--listen", metavar="HOST:PORT", action="append", type=_hostport(53), default=[],
                      help="address for DNS over UDP and TCP, [::1]:5353 for IPv6 (repeatable; default 127.0.0.1:5353)")
     dns.add_argument("--zone", metavar="NAME", action="append", default=[],
                      help="zone to serve as a multicluster zone (repeatable; default clusterset.local)")
-    dns.add_argument("--ttl", metavar="SECONDS", type=_int, default=5, help="TTL of every record, 0..3600 (CoreDNS `ttl`)")
+    dns.add_argument("--ttl", metavar="SECONDS", type=_int, default=5, help="TTL of every record, 0..3600 (CoreDNS `ttl`; default 5)")
     dns.add_argument("--namespaces", metavar="NS,...", default=None,
                      help="expose only these namespaces (CoreDNS `namespaces`); default all")
     dns.add_argument("--ns-address", metavar="IP", action="append", default=[],
@@ -93,18 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
     fwd.add_argument("--upstream", metavar="HOST[:PORT]", action="append", default=[],
                      help="upstream for names outside the zones (repeatable); default: /etc/resolv.conf; `none` refuses them")
     fwd.add_argument("--upstream-timeout", metavar="DURATION", type=_seconds, default=2.0,
-                     help="per-query upstream timeout, then SERVFAIL")
+                     help="per-query upstream timeout, then SERVFAIL (default 2s)")
     fwd.add_argument("--policy", metavar="POLICY", default="random", choices=("random", "round_robin", "sequential"),
-                     help="upstream selection policy (CoreDNS forward `policy`)")
+                     help="upstream selection policy: random (default), round_robin or sequential (CoreDNS forward `policy`)")
     fwd.add_argument("--max-concurrent", metavar="N", type=_int, default=1000,
-                     help="in-flight forwarded queries; beyond it REFUSED (CoreDNS forward `max_concurrent`)")
+                     help="in-flight forwarded queries; beyond it REFUSED (CoreDNS forward `max_concurrent`; default 1000)")
     ops = s.add_argument_group("operations")
     ops.add_argument("--http-listen", metavar="HOST:PORT", type=_hostport(9153), default=("127.0.0.1", 9153),
-                     help="admin HTTP listener for /health, /ready and /metrics")
+                     help="admin HTTP listener for /health, /ready and /metrics (default 127.0.0.1:9153)")
     ops.add_argument("--lameduck", metavar="DURATION", type=_seconds, default=5.0,
-                     help="after SIGTERM, keep answering this long while /ready reports 503")
+                     help="after SIGTERM, keep answering this long while /ready reports 503 (default 5s)")
     ops.add_argument("--log-level", metavar="LEVEL", default="INFO", type=str.upper,
-                     choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log level")
+                     choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="DEBUG, INFO (default), WARNING or ERROR")
     ops.add_argument("--log-queries", action="store_true", help="log one line per query (CoreDNS log format)")
     return parser
 

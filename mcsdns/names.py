@@ -32,12 +32,6 @@ class Request:
     port: str = ""
     protocol: str = ""
 
-    @property
-    def has_port(self) -> bool:
-        return self.kind is Kind.SERVICE and (bool(self.port) or bool(self.protocol) or self._port_form)
-
-    _port_form: bool = False  # the `_port._proto` form was used (even `_._tcp`)
-
 
 APEX = Request(Kind.APEX)
 APEX_LIKE = Request(Kind.APEX_LIKE)
@@ -79,7 +73,6 @@ def parse(labels: list[str] | tuple[str, ...]) -> Request:
                 service=service,
                 port=_strip_underscore(left),
                 protocol=_strip_underscore(right),
-                _port_form=True,
             )
         return Request(Kind.SERVICE, namespace=namespace, service=service, endpoint=left, cluster=right)
     return INVALID
