@@ -38,12 +38,14 @@ mkdir -p "$bin"
 LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
 kube=$(build_module "$here/kube" "$cache/kube" \
     k8s.io/kubernetes/cmd/kube-apiserver=kube-apiserver \
+    k8s.io/kubernetes/cmd/kubectl=kubectl \
     go.etcd.io/etcd/server/v3=etcd)
 LDFLAGS="-s -w"
 coredns=$(build_module "$here/coredns" "$cache/coredns" .=coredns)
 
 ln -sf "$kube/kube-apiserver" "$bin/kube-apiserver"
 ln -sf "$kube/etcd" "$bin/etcd"
+ln -sf "$kube/kubectl" "$bin/kubectl"
 ln -sf "$coredns/coredns" "$bin/coredns"
 
 # ServiceImport CRDs: v0.5.0 serves v1beta1 (storage) and v1alpha1; v0.4.1 serves

@@ -8,6 +8,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/cache"
 	"github.com/coredns/coredns/coremain"
 
+	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/errors"
 	_ "github.com/coredns/coredns/plugin/forward"
 	_ "github.com/coredns/coredns/plugin/health"
@@ -19,6 +20,7 @@ import (
 
 // directives is the plugin order, a subset of CoreDNS's plugin.cfg order.
 var directives = []string{
+	"bind",
 	"prometheus",
 	"errors",
 	"log",
