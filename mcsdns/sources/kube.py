@@ -1,0 +1,318 @@
+"""The Kubernetes API source: ServiceImports, MCS EndpointSlices and Namespaces, watched.
+
+Each resource's list-then-watch (watching.py) blocks on HTTP, so it runs on its
+own daemon thread; its events come back to the event loop through
+`call_soon_threadsafe`, in order, and only the loop touches the store (and so
+the record table). That split keeps the DNS path free of blocking I/O and of
+locks.
+
+Failure policy, resource by resource:
+  * not listed yet (missing CRD, RBAC forbids it, API down): not ready, the
+    reason in /ready and in one log line per change of state, retried with
+    backoff; serving starts as soon as the list succeeds, without a restart;
+  * listed once: an API outage never empties the table; answers come from
+    the last known state while `mcsdns_watch_up` is 0;
+  * an object DNS cannot represent is logged, counted and skipped, and its
+    last good version stays in service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Config
+from ..objects import EndpointSlice, Namespace, Object, ServiceImport
+from ..store import Store
+from .kubeapi import ApiConnection, load_configuration
+from .watching import (
+    Bookmark,
+    Deleted,
+    Event,
+    Expired,
+    Listed,
+    Problem,
+    Rejected,
+    Resource,
+    Upserted,
+    UsingVersion,
+    Watcher,
+    Watching,
+    resources,
+)
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE = 2.0  # seconds to wait for watch threads after interrupting them (they are daemons anyway)
+
+
+class SourceCrashed(RuntimeError):
+    """A watch thread died of an unexpected error (a bug): the app stops rather than go stale silently."""
+
+
+@dataclass
+class ResourceState:
+    """What the loop knows about one resource, for /ready, logs and metrics."""
+
+    resource: Resource
+    watcher: Watcher | None = None
+    thread: threading.Thread | None = None
+    synced: bool = False
+    up: bool = False
+    problem: Problem | None = None
+    down_since: float | None = None
+    api_version: str = ""
+    streams: int = 0
+    # Rejections already logged, by object: a resync re-reads the same invalid version
+    # every few minutes, and that is not news.
+    rejections: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.problem is not None:
+            return self.problem.detail
+        if not self.synced:
+            return "waiting for the initial list"
+        return "watching" if self.up else "reconnecting"
+
+
+class KubeSource:
+    """Feeds the store from the API server; `run(stop)` returns promptly once `stop` is set."""
+
+    def __init__(self, config: Config, store: Store, metrics: Any) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.states = {r.kind: ResourceState(r) for r in resources(config.labels)}
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._crashed: BaseException | None = None
+        self._crash = asyncio.Event()
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        configuration = load_configuration(self.config.kubeconfig, self.config.context, self.config.in_cluster)
+        conn = ApiConnection(configuration)
+        log.info("watching the Kubernetes API at %s", conn.host)
+        for state in self.states.values():
+            self._start(state, conn)
+        try:
+            stopping = asyncio.ensure_future(stop.wait())
+            crashed = asyncio.ensure_future(self._crash.wait())
+            try:
+                await asyncio.wait({stopping, crashed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+                crashed.cancel()
+            if self._crashed is not None:
+                raise SourceCrashed(f"watch thread failed: {self._crashed!r}") from self._crashed
+        finally:
+            await self._shutdown(conn)
+
+    def _start(self, state: ResourceState, conn: ApiConnection) -> None:
+        state.watcher = Watcher(conn, state.resource, self._stop, resync=self.config.resync)
+        state.thread = threading.Thread(
+            target=self._pump, args=(state,), name=f"watch-{state.resource.plural}", daemon=True
+        )
+        state.thread.start()
+
+    async def _shutdown(self, conn: ApiConnection) -> None:
+        """Interrupt every blocking read, then give the threads a moment to notice."""
+        self._stop.set()
+        for state in self.states.values():
+            if state.watcher is not None:
+                state.watcher.interrupt()
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        while any(s.thread is not None and s.thread.is_alive() for s in self.states.values()):
+            if time.monotonic() > deadline:
+                log.debug("watch threads still blocked at shutdown; leaving them (daemon threads)")
+                break
+            await asyncio.sleep(0.02)
+        conn.close()
+
+    # ----------------------------------------------------------------- worker threads
+
+    def _pump(self, state: ResourceState) -> None:
+        """Thread body: hand each event of the watch to the loop, in order."""
+        assert state.watcher is not None
+        try:
+            for event in state.watcher.forever():
+                if self._stop.is_set() or not self._post(state, event):
+                    return
+        except BaseException as exc:  # a bug: stop the app loudly instead of going stale
+            if not self._stop.is_set():
+                self._crashed = exc
+                self._post_crash()
+
+    def _post(self, state: ResourceState, event: Event) -> bool:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(self._handle, state, event)
+        except RuntimeError:  # the loop is closed: the app has gone
+            self._stop.set()
+            return False
+        return True
+
+    def _post_crash(self) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(self._crash.set)
+        except RuntimeError:
+            pass
+
+    # ----------------------------------------------------------------- events (loop thread)
+
+    def _handle(self, state: ResourceState, event: Event) -> None:
+        if self._stop.is_set():
+            return
+        match event:
+            case Upserted():
+                self._upserted(state, event)
+            case Deleted():
+                self._deleted(state, event)
+            case Listed():
+                self._listed(state, event)
+            case Rejected():
+                self._rejected(state, event)
+            case Watching():
+                self._watching(state)
+            case Bookmark():
+                self.metrics.last_sync = time.monotonic()
+            case Problem():
+                self._problem(state, event)
+            case Expired():
+                log.info("%s: watch expired (410 Gone: %s); relisting", state.resource.kind, event.message)
+            case UsingVersion():
+                if event.api_version != state.api_version:
+                    state.api_version = event.api_version
+                    log.info("%s: using %s", state.resource.kind, event.api_version)
+
+    def _listed(self, state: ResourceState, event: Listed) -> None:
+        kind = state.resource.kind
+        self.store.replace(kind, event.objects, event.keep)
+        state.rejections = {k: v for k, v in state.rejections.items() if k in event.keep}
+        self.metrics.relists[state.resource.plural] += 1
+        self.metrics.last_sync = time.monotonic()
+        self._recovered(state)
+        if not state.synced:
+            state.synced = True
+            self.store.mark_synced(kind)
+            log.info("%s: initial list done: %d objects (%d rejected)", kind, len(event.objects), len(event.keep))
+            if self.store.synced_all:
+                log.info("every watched resource is listed: synced")
+        else:
+            log.info("%s: relisted: %d objects", kind, len(event.objects))
+
+    def _upserted(self, state: ResourceState, event: Upserted) -> None:
+        obj = event.obj
+        state.rejections.pop(("" if isinstance(obj, Namespace) else obj.namespace, obj.name), None)
+        visible = self._changes_answers(obj)
+        self.store.apply(obj)
+        # Slices carrying the trigger-time annotation are measured by the table from that time.
+        if visible and not (isinstance(obj, EndpointSlice) and obj.trigger_time):
+            self._programmed(obj, event.arrived)
+
+    def _deleted(self, state: ResourceState, event: Deleted) -> None:
+        kind = state.resource.kind
+        namespace, name = event.key
+        state.rejections.pop(event.key, None)
+        old = self._current(kind, namespace, name)
+        self.store.delete(kind, namespace, name)
+        if old is not None:
+            self._programmed(old, event.arrived)
+
+    def _rejected(self, state: ResourceState, event: Rejected) -> None:
+        if state.rejections.get(event.key) == event.message:
+            return  # this very version was reported already (a relist read it again)
+        state.rejections[event.key] = event.message
+        namespace, name = event.key
+        kept = self._current(state.resource.kind, namespace, name) is not None
+        log.error(
+            "%s rejected: %s; %s",
+            event.ref,
+            event.message,
+            "its last good version stays in service" if kept else "skipped",
+        )
+        self.metrics.rejected(event.reason)
+
+    def _watching(self, state: ResourceState) -> None:
+        state.streams += 1
+        if state.streams > 1:
+            self.metrics.watch_restarts[state.resource.plural] += 1
+        state.up = True
+        self.metrics.watch_up[state.resource.plural] = True
+        self.metrics.last_sync = time.monotonic()
+        self._recovered(state)
+
+    def _problem(self, state: ResourceState, event: Problem) -> None:
+        kind = state.resource.kind
+        state.up = False
+        self.metrics.watch_up[state.resource.plural] = False
+        changed = state.problem is None or state.problem.category != event.category
+        state.problem = event
+        if not changed:
+            log.debug("%s: still %s; retrying in %.1fs", kind, event.detail, event.retry_in)
+            return
+        if state.synced:
+            state.down_since = time.monotonic()
+            log.warning("%s: watch down: %s; answering from the last known state, retrying", kind, event.detail)
+        else:
+            log.warning("%s: cannot list: %s; not ready, retrying", kind, event.detail)
+
+    def _recovered(self, state: ResourceState) -> None:
+        if state.problem is None:
+            return
+        if state.down_since is not None:
+            log.info("%s: watch up again after %.1fs", state.resource.kind, time.monotonic() - state.down_since)
+        else:
+            log.info("%s: recovered (was: %s)", state.resource.kind, state.problem.detail)
+        state.problem = None
+        state.down_since = None
+
+    # ----------------------------------------------------------------- helpers
+
+    def _current(self, kind: str, namespace: str, name: str) -> Object | None:
+        if kind == "ServiceImport":
+            return self.store.imports.get((namespace, name))
+        if kind == "EndpointSlice":
+            return self.store.slices.get((namespace, name))
+        return Namespace(name) if name in self.store.namespaces else None
+
+    def _changes_answers(self, obj: Object) -> bool:
+        """Whether applying `obj` changes what DNS answers (so a recompile will follow)."""
+        if isinstance(obj, EndpointSlice):
+            return not obj.dns_equivalent(self.store.slices.get((obj.namespace, obj.name)))
+        if isinstance(obj, ServiceImport):
+            return self.store.imports.get((obj.namespace, obj.name)) != obj
+        return False
+
+    def _programmed(self, obj: Object, arrived: float) -> None:
+        """Programming latency for changes without a trigger time: event arrival -> answer live.
+
+        The table recompiles synchronously inside store.apply/delete, so "now" is when
+        the new answers became visible to queries.
+        """
+        if isinstance(obj, ServiceImport):
+            headless = obj.headless
+        elif isinstance(obj, EndpointSlice):
+            imp = self.store.imports.get((obj.namespace, obj.service))
+            headless = bool(imp and imp.headless)
+        else:
+            return
+        self.metrics.programmed_since(arrived, headless)
+
+    # ----------------------------------------------------------------- status
+
+    def status(self) -> str:
+        """Why the source is not synced, resource by resource (the /ready body)."""
+        parts = [
+            f"{s.resource.kind}: {s.describe()}"
+            for s in self.states.values()
+            if not s.synced or s.problem is not None
+        ]
+        return "; ".join(parts) if parts else "synced"

@@ -1,0 +1,247 @@
+"""The Kubernetes API as raw JSON over the client library's authenticated pool.
+
+The `kubernetes` package is used for two things only: loading a kubeconfig
+(or the in-cluster service account) into a `Configuration`, and building the
+urllib3 pool that carries its TLS client certificate, CA and proxy settings.
+Its model classes are never built: a list of 50k EndpointSlices as models
+costs gigabytes and seconds of CPU, while the JSON dicts read here are turned
+one by one into the small records of objects.py and dropped.
+
+Every call blocks, so the watch runs it on its own threads (see watching.py).
+Failures surface as the narrow ApiError subclasses below, mapped from the
+HTTP status (or from a watch's ERROR event), raised `from` the original.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import urllib.parse
+from pathlib import Path
+from typing import Any, Iterator
+
+import urllib3
+
+from .. import __version__
+
+USER_AGENT = f"mcsdns/{__version__}"
+JSON = "application/json"
+# Namespaces are read as metadata only: the API then never sends spec/status.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
+
+CONNECT_TIMEOUT = 10.0  # a reachable API server accepts TCP+TLS far faster; beyond this it is down
+REQUEST_TIMEOUT = 60.0  # one page of 500 objects, or a discovery document, arrives well within this
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class KubeConfigError(Exception):
+    """The kubeconfig or the in-cluster service account cannot be loaded."""
+
+
+class ApiError(Exception):
+    """A request to the API server failed; `status` is the HTTP status (0: no answer)."""
+
+    status = 0
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class Unreachable(ApiError):
+    """No usable answer: connection refused or reset, timeout, TLS failure, broken stream."""
+
+
+class Unauthorized(ApiError):
+    """401: the API server rejected the credentials."""
+
+    status = 401
+
+
+class Forbidden(ApiError):
+    """403: RBAC does not allow the request."""
+
+    status = 403
+
+
+class NotFound(ApiError):
+    """404: the resource (or its API group, e.g. a missing CRD) is not served."""
+
+    status = 404
+
+
+class NotInstalled(NotFound):
+    """Discovery shows no served version of a custom resource: its CRD is not installed."""
+
+
+class Gone(ApiError):
+    """410: the resourceVersion (or list continue token) expired; list again."""
+
+    status = 410
+
+
+class Throttled(ApiError):
+    """429: too many requests, or the API server's storage is (re)initializing."""
+
+    status = 429
+
+
+class ServerError(ApiError):
+    """5xx, or an answer that is not the JSON it should be."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound, 410: Gone, 429: Throttled}
+
+
+def error_for(status: int, body: Any) -> ApiError:
+    """The ApiError for an HTTP status and its (decoded) `Status` body or text."""
+    message = body.get("message") if isinstance(body, dict) else None
+    if not message:
+        message = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    message = " ".join(message.split())[:500] or f"HTTP {status}"
+    cls = _BY_STATUS.get(status, ServerError if status >= 500 else ApiError)
+    return cls(message, status)
+
+
+def _describe(exc: BaseException) -> str:
+    """A short, stable text for a transport error (drops urllib3's object reprs)."""
+    text = re.sub(r"<[^>]*>:?\s*", "", str(exc)).strip(" :")
+    return text or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def load_configuration(kubeconfig: Path | None, context: str | None, in_cluster: bool) -> Any:
+    """A kubernetes.client.Configuration from a kubeconfig file or the service account."""
+    from kubernetes import config as kube_config
+    from kubernetes.client import Configuration
+
+    configuration = Configuration()
+    try:
+        if kubeconfig is not None:
+            kube_config.load_kube_config(
+                config_file=str(kubeconfig), context=context, client_configuration=configuration, persist_config=False
+            )
+        elif in_cluster:
+            kube_config.load_incluster_config(client_configuration=configuration)
+        else:
+            raise KubeConfigError("neither --kubeconfig nor an in-cluster service account is available")
+    except kube_config.ConfigException as exc:
+        raise KubeConfigError(f"cannot load the Kubernetes client configuration: {exc}") from exc
+    return configuration
+
+
+# --------------------------------------------------------------------------- the connection
+
+
+class ApiConnection:
+    """GETs of JSON documents and watch streams, authenticated like the client library.
+
+    Thread-safe: urllib3's pool hands each thread its own connection.
+    """
+
+    def __init__(self, configuration: Any) -> None:
+        from kubernetes.client import ApiClient
+
+        self.configuration = configuration
+        self.api_client = ApiClient(configuration)
+        self.pool = self.api_client.rest_client.pool_manager
+        self.host = configuration.host.rstrip("/")
+
+    def close(self) -> None:
+        self.pool.clear()
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        """Accept, User-Agent and the bearer token (refreshed by the library's hook, if any)."""
+        headers = {"Accept": accept, "User-Agent": USER_AGENT}
+        for setting in self.configuration.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        return headers
+
+    def open(self, path: str, query: dict[str, Any] | None, accept: str, read_timeout: float) -> Any:
+        """Send a GET and return the unread urllib3 response; >= 300 raises the mapped error."""
+        url = self.host + path
+        if query:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        try:
+            resp = self.pool.request(
+                "GET",
+                url,
+                headers=self._headers(accept),
+                preload_content=False,
+                retries=False,  # the watch owns retries and their backoff
+                timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=read_timeout),
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unreachable(f"{self.host}: {_describe(exc)}") from exc
+        if resp.status >= 300:
+            try:
+                raw = resp.data
+            except (urllib3.exceptions.HTTPError, OSError):
+                raw = b""
+            finally:
+                resp.release_conn()
+            try:
+                body: Any = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw
+            raise error_for(resp.status, body)
+        return resp
+
+    def get(self, path: str, query: dict[str, Any] | None = None, accept: str = JSON) -> dict:
+        """One JSON document (a list page, a discovery document)."""
+        resp = self.open(path, query, accept, REQUEST_TIMEOUT)
+        try:
+            raw = resp.data
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unreachable(f"{self.host}: {_describe(exc)}") from exc
+        finally:
+            resp.release_conn()
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise ServerError(f"GET {path}: the answer is not JSON") from exc
+        if not isinstance(doc, dict):
+            raise ServerError(f"GET {path}: expected a JSON object")
+        return doc
+
+
+def stream_lines(resp: Any) -> Iterator[bytes]:
+    """The newline-delimited JSON documents of a watch, each as soon as it arrives."""
+    buffer = bytearray()
+    try:
+        for chunk in resp.stream(amt=None, decode_content=True):
+            buffer += chunk
+            while (end := buffer.find(b"\n")) >= 0:
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]
+                if line.strip():
+                    yield line
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise Unreachable(f"watch stream broken: {_describe(exc)}") from exc
+    if bytes(buffer).strip():
+        yield bytes(buffer)
+
+
+def interrupt(resp: Any) -> None:
+    """Unblock a thread reading `resp` (from another thread), so shutdown never waits on a watch.
+
+    urllib3 >= 2.3 has HTTPResponse.shutdown(); older ones get the socket shut down directly.
+    """
+    try:
+        shutdown = getattr(resp, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+            return
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        pass

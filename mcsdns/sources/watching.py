@@ -1,0 +1,416 @@
+"""List-then-watch of one resource, as small blocking generators (kopf's shape).
+
+    forever()          retries with capped, jittered backoff; 410 means "list again"
+      list_then_watch() discovery (ServiceImport), a paginated list, then watches
+        stream()        one watch stream from a resourceVersion
+
+Each runs on a worker thread and yields plain events (below); the source hands
+them to the event loop, which alone touches the store. Raw JSON is converted to
+the small records of objects.py here, item by item, so a relist never holds
+more than one page of raw objects. The resourceVersion advances on every event,
+bookmarks included, so a reconnect resumes where the last stream stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..objects import (
+    LABEL_SERVICE_NAME,
+    MCS_GROUP,
+    InvalidObject,
+    Object,
+    to_endpoint_slice,
+    to_namespace,
+    to_service_import,
+)
+from .kubeapi import (
+    JSON,
+    METADATA_LIST,
+    METADATA_WATCH,
+    ApiConnection,
+    ApiError,
+    Forbidden,
+    Gone,
+    NotFound,
+    NotInstalled,
+    ServerError,
+    Throttled,
+    Unauthorized,
+    Unreachable,
+    error_for,
+    interrupt,
+    stream_lines,
+)
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 500  # objects per list page: bounds the raw JSON held at once
+WATCH_TIMEOUT = 300.0  # streams last 300-600 s (client-go's spread), so they recycle and rebalance
+READ_SLACK = 30.0  # the server ends a stream at timeoutSeconds; silence beyond that means a dead link
+BACKOFF_FIRST = 0.5
+BACKOFF_CAP = 30.0  # API server down: retry at least every 30 s
+ABSENT_CAP = 10.0  # missing CRD or permission: a fix (kubectl apply) is picked up within 10 s
+SERVICE_IMPORT_VERSIONS = ("v1beta1", "v1alpha1")  # preference order (project decision 2)
+
+Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces
+
+
+# --------------------------------------------------------------------------- resources
+
+
+@dataclass(frozen=True)
+class Resource:
+    """How one watched kind is addressed and converted."""
+
+    kind: str  # the store's kind
+    plural: str  # also the metrics label
+    group: str  # "" = core
+    versions: tuple[str, ...]  # more than one: discover which is served, first preferred
+    convert: Callable[[dict], Object]
+    label_selector: str | None = None
+    list_accept: str = JSON
+    watch_accept: str = JSON
+
+    @property
+    def crd(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+    def path(self, version: str) -> str:
+        prefix = f"/apis/{self.group}/{version}" if self.group else f"/api/{version}"
+        return f"{prefix}/{self.plural}"
+
+
+def resources(labels: str | None) -> tuple[Resource, ...]:
+    """The three watched resources; `labels` is ANDed onto the MCS slice selector (CoreDNS `labels`)."""
+    selector = LABEL_SERVICE_NAME + (f",{labels}" if labels else "")
+    return (
+        Resource("Namespace", "namespaces", "", ("v1",), to_namespace,
+                 list_accept=METADATA_LIST, watch_accept=METADATA_WATCH),
+        Resource("ServiceImport", "serviceimports", MCS_GROUP, SERVICE_IMPORT_VERSIONS, to_service_import),
+        Resource("EndpointSlice", "endpointslices", "discovery.k8s.io", ("v1",), to_endpoint_slice,
+                 label_selector=selector),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A complete list: the kind now holds exactly `objects`, plus the last good `keep`."""
+
+    objects: list[Object]
+    keep: frozenset[Key]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Upserted:
+    obj: Object
+    arrived: float  # time.monotonic() when the event was read: programming latency origin
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    key: Key
+    arrived: float
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An object DNS cannot represent; its last good version (if any) stays."""
+
+    ref: str  # "ServiceImport ns/name"
+    key: Key
+    reason: str  # low-cardinality metrics label: the field at fault
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Watching:
+    """A watch stream is open (the watch is up)."""
+
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bookmark:
+    """The server confirmed the state up to a resourceVersion."""
+
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsingVersion:
+    """Discovery picked the served API version of a resource."""
+
+    api_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """410 Gone: the resourceVersion is too old; a relist follows at once."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """The resource cannot be listed or watched right now; a retry follows after `retry_in`."""
+
+    category: str  # unreachable, unauthorized, forbidden, not-installed, not-found, throttled, error
+    detail: str
+    retry_in: float
+
+
+Event = Listed | Upserted | Deleted | Rejected | Watching | Bookmark | UsingVersion | Expired | Problem
+
+
+def problem_for(resource: Resource, exc: ApiError, retry_in: float) -> Problem:
+    """The human-readable state for /ready and the logs."""
+    if isinstance(exc, NotInstalled) or (isinstance(exc, NotFound) and resource.group == MCS_GROUP):
+        return Problem("not-installed", f"the CRD {resource.crd} is not installed ({exc})", retry_in)
+    categories: list[tuple[type[ApiError], str, str]] = [
+        (Forbidden, "forbidden", "forbidden"),
+        (Unauthorized, "unauthorized", "unauthorized (the API server rejected the credentials)"),
+        (NotFound, "not-found", "not served by the API server"),
+        (Unreachable, "unreachable", "API server unreachable"),
+        (Throttled, "throttled", "API server busy"),
+        (ServerError, "server-error", "API server error"),
+    ]
+    for cls, category, text in categories:
+        if isinstance(exc, cls):
+            return Problem(category, f"{text} ({exc})", retry_in)
+    return Problem("error", f"HTTP {exc.status} ({exc})", retry_in)
+
+
+# --------------------------------------------------------------------------- backoff
+
+
+@dataclass
+class Backoff:
+    """0.5 s doubling up to a cap, each delay jittered by +-20% so clients do not retry in step."""
+
+    first: float = BACKOFF_FIRST
+    cap: float = BACKOFF_CAP
+    attempt: int = 0
+
+    def next(self, cap: float | None = None) -> float:
+        delay = min(cap or self.cap, self.first * 2**self.attempt)
+        self.attempt = min(self.attempt + 1, 16)
+        return delay * random.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+# --------------------------------------------------------------------------- the watch
+
+
+def rejection_reason(exc: InvalidObject) -> str:
+    """`spec.ips[0]: ...` -> `spec.ips`: a bounded label for the rejected-objects metric."""
+    head = str(exc).split(":", 1)[0].split(" ", 1)[0]
+    return head.split("[", 1)[0] or "invalid"
+
+
+def object_key(raw: Any) -> Key | None:
+    meta = raw.get("metadata") if isinstance(raw, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        return None
+    return (str(meta.get("namespace") or ""), meta["name"])
+
+
+@dataclass
+class Watcher:
+    """One resource's list-then-watch loop; runs on its own thread until `stop` is set."""
+
+    conn: ApiConnection
+    resource: Resource
+    stop: threading.Event
+    resync: float = 0.0  # seconds between full relists; 0 disables
+    resource_version: str = ""
+    backoff: Backoff = field(default_factory=Backoff)
+    listed_at: float = float("-inf")  # time.monotonic() of the last complete list
+    _response: Any = field(default=None, init=False, repr=False)  # the open stream, for interrupt()
+
+    # -- level 1: forever ----------------------------------------------------
+
+    def forever(self) -> Iterator[Event]:
+        """List-then-watch again and again; only `stop` ends it."""
+        while not self.stop.is_set():
+            try:
+                yield from self.list_then_watch()
+            except Gone as exc:
+                yield Expired(str(exc))  # routine: the relist below heals it
+                if time.monotonic() - self.listed_at < 1.0:
+                    self.stop.wait(self.backoff.next())  # expired right after a list: do not spin
+            except ApiError as exc:
+                if self.stop.is_set():
+                    return
+                absent = isinstance(exc, (NotFound, Forbidden, Unauthorized))
+                delay = self.backoff.next(ABSENT_CAP if absent else None)
+                yield problem_for(self.resource, exc, delay)
+                self.stop.wait(delay)
+
+    # -- level 2: list, then watch ---------------------------------------------
+
+    def list_then_watch(self) -> Iterator[Event]:
+        """Discover, list (paginated), then watch until a relist is due or needed."""
+        version = yield from self.discover()
+        path = self.resource.path(version)
+        yield from self.list(path)
+        self.backoff.reset()
+        resync_at = time.monotonic() + self.resync if self.resync > 0 else None
+        while not self.stop.is_set():
+            timeout = self.watch_timeout(resync_at)
+            if timeout is None:
+                return  # periodic resync: forever() lists again
+            try:
+                yield from self.stream(path, timeout)
+            except (Unreachable, Throttled, ServerError) as exc:
+                if self.stop.is_set():
+                    return
+                delay = self.backoff.next()
+                yield problem_for(self.resource, exc, delay)
+                self.stop.wait(delay)  # then watch again from the last resourceVersion
+
+    def discover(self) -> Iterator[Event]:
+        """The API version to use; for ServiceImport, the preferred one that discovery serves."""
+        if len(self.resource.versions) == 1:
+            return self.resource.versions[0]
+        group = self.resource.group
+        try:
+            served = {v.get("version") for v in self.conn.get(f"/apis/{group}").get("versions") or []}
+        except NotFound as exc:
+            raise NotInstalled(f"API group {group} is not served") from exc
+        for version in self.resource.versions:
+            if version not in served:
+                continue
+            try:
+                listing = self.conn.get(f"/apis/{group}/{version}")
+            except NotFound:
+                continue
+            if any(r.get("name") == self.resource.plural for r in listing.get("resources") or []):
+                yield UsingVersion(f"{group}/{version}")
+                return version
+        raise NotInstalled(f"{group} serves no {self.resource.plural} in {', '.join(self.resource.versions)}")
+
+    def list(self, path: str) -> Iterator[Event]:
+        """Every object, page by page, converted as read; ends with one Listed event."""
+        objects: list[Object] = []
+        keep: set[Key] = set()
+        token: str | None = None
+        while True:
+            query = {"limit": PAGE_SIZE, "labelSelector": self.resource.label_selector, "continue": token}
+            page = self.conn.get(path, query, self.resource.list_accept)
+            for raw in page.get("items") or []:
+                obj = self.convert(raw)
+                if isinstance(obj, Rejected):
+                    keep.add(obj.key)
+                    yield obj
+                elif obj is not None:
+                    objects.append(obj)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                break
+            if self.stop.is_set():
+                return
+        self.resource_version = str(meta.get("resourceVersion") or "")
+        self.listed_at = time.monotonic()
+        yield Listed(objects, frozenset(keep), self.resource_version)
+
+    def watch_timeout(self, resync_at: float | None) -> int | None:
+        """timeoutSeconds for the next stream: jittered, and ending when the resync is due."""
+        timeout = random.uniform(WATCH_TIMEOUT, 2 * WATCH_TIMEOUT)
+        if resync_at is not None:
+            remaining = resync_at - time.monotonic()
+            if remaining < 0.5:
+                return None
+            timeout = min(timeout, remaining)
+        return max(1, round(timeout))
+
+    # -- level 3: one stream -------------------------------------------------
+
+    def stream(self, path: str, timeout: int) -> Iterator[Event]:
+        """Events of one watch stream from the current resourceVersion, until the server ends it."""
+        query = {
+            "watch": "true",
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout,
+            "labelSelector": self.resource.label_selector,
+        }
+        resp = self.conn.open(path, query, self.resource.watch_accept, timeout + READ_SLACK)
+        self._response = resp
+        try:
+            if self.stop.is_set():
+                return
+            yield Watching(self.resource_version)
+            for line in stream_lines(resp):
+                try:
+                    event = json.loads(line)
+                except ValueError as exc:
+                    raise ServerError("a watch event is not JSON") from exc
+                yield from self.event(event)
+        finally:
+            self._response = None
+            resp.close()
+
+    def event(self, event: Any) -> Iterator[Event]:
+        """One watch event -> store events; ERROR events raise their mapped ApiError."""
+        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            raise ServerError("a watch event has no object")
+        kind, raw = event.get("type"), event["object"]
+        if kind == "ERROR":
+            raise error_for(int(raw.get("code") or 500), raw)
+        version = (raw.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = str(version)
+        arrived = time.monotonic()
+        if kind == "BOOKMARK":
+            yield Bookmark(self.resource_version)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.backoff.reset()
+            obj = self.convert(raw)
+            if isinstance(obj, Rejected):
+                yield obj
+            elif obj is not None:
+                yield Upserted(obj, arrived)
+        elif kind == "DELETED":
+            self.backoff.reset()
+            key = object_key(raw)
+            if key is not None:
+                yield Deleted(key, arrived)
+
+    def convert(self, raw: Any) -> Object | Rejected | None:
+        """The record for a raw object, or why DNS cannot use it (None: not even a name).
+
+        Anything a converter raises counts as a rejection of that one object: the
+        API validates what it stores, so a surprise here is one odd object, and
+        it must not stop the watch of all the others.
+        """
+        try:
+            return self.resource.convert(raw)
+        except Exception as exc:  # noqa: BLE001 - see docstring
+            key = object_key(raw)
+            if key is None:
+                log.error("%s without a usable name skipped: %s", self.resource.kind, exc)
+                return None
+            ref = f"{self.resource.kind} {key[0]}/{key[1]}" if key[0] else f"{self.resource.kind} {key[1]}"
+            if isinstance(exc, InvalidObject):
+                return Rejected(ref, key, rejection_reason(exc), str(exc))
+            return Rejected(ref, key, "invalid", f"cannot read it ({type(exc).__name__}: {exc})")
+
+    def interrupt(self) -> None:
+        """Called from another thread at shutdown: unblock a pending read at once."""
+        resp = self._response
+        if resp is not None:
+            interrupt(resp)

@@ -1,0 +1,256 @@
+"""The watch generators and the source's event handling, against a scripted fake API.
+
+The real-API scenarios (test_kube_*.py with the testbed) prove the whole path;
+these pin the details that are hard to provoke there: pagination, a bookmark
+moving the resourceVersion, an ERROR event, discovery fallbacks, backoff bounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from mcsdns.config import Config
+from mcsdns.objects import ServiceImport
+from mcsdns.sources import kubeapi, watching
+from mcsdns.sources.kube import KubeSource
+from mcsdns.sources.watching import (
+    Backoff,
+    Bookmark,
+    Expired,
+    Listed,
+    Problem,
+    Rejected,
+    Upserted,
+    UsingVersion,
+    Watcher,
+    Watching,
+    resources,
+)
+from mcsdns.store import Store
+
+MCS = "multicluster.x-k8s.io"
+SI, SLICE, NS = resources("team=dns")[1], resources("team=dns")[2], resources(None)[0]
+
+
+def si(name: str, ips: list[str], rv: str = "1", namespace: str = "ns") -> dict:
+    return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": rv},
+            "spec": {"type": "ClusterSetIP", "ips": ips, "ports": [{"port": 80, "protocol": "TCP"}]}}
+
+
+class FakeResponse:
+    """A watch body: the events as NDJSON, split at awkward places like real chunks."""
+
+    def __init__(self, events: list[dict]) -> None:
+        body = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+        self.chunks = [body[i:i + 7] for i in range(0, len(body), 7)]
+        self.closed = False
+
+    def stream(self, amt: Any = None, decode_content: bool = True):
+        yield from self.chunks
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeConn:
+    """Scripted answers: GET by path (in order), watches in order; exceptions are raised."""
+
+    def __init__(self) -> None:
+        self.gets: dict[str, list[Any]] = defaultdict(list)
+        self.watches: list[Any] = []
+        self.log: list[tuple[str, str, dict]] = []
+
+    def get(self, path: str, query: dict | None = None, accept: str = kubeapi.JSON) -> dict:
+        self.log.append(("GET", path, dict(query or {})))
+        answer = self.gets[path].pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def open(self, path: str, query: dict, accept: str, read_timeout: float) -> FakeResponse:
+        self.log.append(("WATCH", path, dict(query)))
+        if not self.watches:
+            raise kubeapi.Unreachable("script exhausted")
+        answer = self.watches.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return FakeResponse(answer)
+
+
+def discovery(conn: FakeConn, *versions: str) -> None:
+    conn.gets[f"/apis/{MCS}"].append({"versions": [{"version": v} for v in versions]})
+    for v in versions:
+        conn.gets[f"/apis/{MCS}/{v}"].append({"resources": [{"name": "serviceimports"}]})
+
+
+def take(events, n: int) -> list:
+    out = []
+    for event in events:
+        out.append(event)
+        if len(out) == n:
+            break
+    return out
+
+
+def test_paginated_list_converts_items_and_keeps_invalid_ones() -> None:
+    conn = FakeConn()
+    discovery(conn, "v1alpha1", "v1beta1")
+    path = f"/apis/{MCS}/v1beta1/serviceimports"
+    conn.gets[path] += [
+        {"metadata": {"continue": "tok", "resourceVersion": "10"}, "items": [si("a", ["10.0.0.1"])]},
+        {"metadata": {"resourceVersion": "10"}, "items": [si("b", ["nope"]), si("c", ["10.0.0.3"])]},
+    ]
+    watcher = Watcher(conn, SI, threading.Event())
+    events = take(watcher.list_then_watch(), 3)
+    assert events[0] == UsingVersion(f"{MCS}/v1beta1")  # preferred over v1alpha1
+    assert isinstance(events[1], Rejected) and events[1].key == ("ns", "b") and events[1].reason == "spec.ips"
+    listed = events[2]
+    assert isinstance(listed, Listed) and listed.keep == {("ns", "b")} and listed.resource_version == "10"
+    assert [o.name for o in listed.objects] == ["a", "c"]
+    pages = [q for verb, p, q in conn.log if p == path]
+    assert pages[0]["limit"] == 500 and pages[0]["continue"] is None and pages[1]["continue"] == "tok"
+
+
+def test_bookmarks_advance_the_resource_version_and_410_relists() -> None:
+    conn = FakeConn()
+    path = "/apis/discovery.k8s.io/v1/endpointslices"
+    empty = {"metadata": {"resourceVersion": "5"}, "items": []}
+    conn.gets[path] += [empty, {"metadata": {"resourceVersion": "50"}, "items": []}]
+    slice_ = {"metadata": {"name": "s", "namespace": "ns", "resourceVersion": "7",
+                           "labels": {"multicluster.kubernetes.io/service-name": "web"}},
+              "endpoints": [{"addresses": ["10.1.0.1"]}]}
+    conn.watches = [
+        [{"type": "ADDED", "object": slice_}, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}],
+        [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version: 9 (20)"}}],
+    ]
+    watcher = Watcher(conn, SLICE, threading.Event())
+    events = take(watcher.forever(), 7)
+    kinds = [type(e) for e in events]
+    assert kinds == [Listed, Watching, Upserted, Bookmark, Watching, Expired, Listed]
+    assert events[3] == Bookmark("9")
+    watches = [q for verb, p, q in conn.log if verb == "WATCH"]
+    assert [w["resourceVersion"] for w in watches] == ["5", "9"]  # the second stream resumes at the bookmark
+    assert watches[0]["allowWatchBookmarks"] == "true"
+    assert watches[0]["labelSelector"] == "multicluster.kubernetes.io/service-name,team=dns"
+    assert events[-1].resource_version == "50"
+
+
+def test_missing_crd_is_a_problem_and_discovery_is_retried() -> None:
+    conn = FakeConn()
+    conn.gets[f"/apis/{MCS}"] += [kubeapi.NotFound("the server could not find the requested resource", 404)]
+    discovery(conn, "v1alpha1")  # the CRD appears (v0.4.1: v1alpha1 only)
+    conn.gets[f"/apis/{MCS}/v1alpha1/serviceimports"].append({"metadata": {"resourceVersion": "3"}, "items": []})
+    stop = threading.Event()
+    watcher = Watcher(conn, SI, stop)
+    watcher.backoff = Backoff(first=0.001)
+    events = take(watcher.forever(), 3)
+    problem = events[0]
+    assert isinstance(problem, Problem) and problem.category == "not-installed"
+    assert problem.detail.startswith(f"the CRD serviceimports.{MCS} is not installed")
+    assert events[1] == UsingVersion(f"{MCS}/v1alpha1")
+    assert isinstance(events[2], Listed)
+
+
+def test_forbidden_problem_names_the_user() -> None:
+    exc = kubeapi.error_for(403, {"kind": "Status", "code": 403, "message":
+                                  'endpointslices.discovery.k8s.io is forbidden: User "bob" cannot list resource'})
+    assert isinstance(exc, kubeapi.Forbidden)
+    problem = watching.problem_for(SLICE, exc, 1.0)
+    assert problem.category == "forbidden" and 'User "bob"' in problem.detail
+    assert isinstance(kubeapi.error_for(410, {}), kubeapi.Gone)
+    assert isinstance(kubeapi.error_for(503, b"busy"), kubeapi.ServerError)
+
+
+def test_watch_timeout_is_jittered_and_ends_at_the_resync() -> None:
+    watcher = Watcher(FakeConn(), NS, threading.Event())
+    assert all(300 <= watcher.watch_timeout(None) <= 600 for _ in range(50))
+    now = watching.time.monotonic()
+    assert watcher.watch_timeout(now + 42) in (41, 42)
+    assert watcher.watch_timeout(now) is None  # resync due: relist
+
+
+def test_backoff_doubles_to_a_cap_with_jitter() -> None:
+    backoff = Backoff()
+    delays = [backoff.next() for _ in range(12)]
+    assert 0.4 <= delays[0] <= 0.6
+    assert all(d <= 30 * 1.2 for d in delays) and delays[-1] >= 30 * 0.8
+    assert backoff.next(cap=10) <= 12
+    backoff.reset()
+    assert backoff.next() <= 0.6
+
+
+class FakeMetrics:
+    def __init__(self) -> None:
+        self.watch_restarts: dict[str, int] = defaultdict(int)
+        self.relists: dict[str, int] = defaultdict(int)
+        self.watch_up: dict[str, bool] = {}
+        self.last_sync: float | None = None
+        self.rejects: dict[str, int] = defaultdict(int)
+        self.latencies: list[bool] = []
+
+    def rejected(self, reason: str) -> None:
+        self.rejects[reason] += 1
+
+    def programmed_since(self, started: float, headless: bool) -> None:
+        self.latencies.append(headless)
+
+
+def test_source_keeps_the_last_good_version_and_reports_problems(caplog: pytest.LogCaptureFixture) -> None:
+    store, metrics = Store(), FakeMetrics()
+    source = KubeSource(Config(), store, metrics)
+    state = source.states["ServiceImport"]
+    good = ServiceImport("ns", "a", False, ("10.0.0.1",), ())
+    source._handle(state, Problem("forbidden", 'forbidden (User "x" cannot list)', 1.0))
+    assert source.status().startswith('Namespace: waiting for the initial list; ServiceImport: forbidden (User "x"')
+    source._handle(state, Listed([good], frozenset(), "1"))
+    assert "ServiceImport" in store.synced and state.problem is None
+    source._handle(state, Upserted(ServiceImport("ns", "a", False, ("10.0.0.2",), ()), 0.0))
+    assert metrics.latencies == [False]
+
+    bad = Rejected("ServiceImport ns/a", ("ns", "a"), "spec.ips", "spec.ips[0]: 'x' is not an IP address")
+    source._handle(state, bad)
+    source._handle(state, Listed([], frozenset({("ns", "a")}), "2"))  # a relist reads it again
+    source._handle(state, bad)
+    assert store.imports[("ns", "a")].ips == ("10.0.0.2",)  # the last good version stays
+    assert metrics.rejects == {"spec.ips": 1}  # reported once, not on every relist
+    assert "its last good version stays in service" in caplog.text
+
+    source._handle(state, Problem("unreachable", "API server unreachable (refused)", 1.0))
+    assert metrics.watch_up["serviceimports"] is False and store.imports  # nothing forgotten
+    assert "watch down" in caplog.text
+
+
+def test_run_returns_promptly_when_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Watch threads blocked on the API do not hold up shutdown."""
+    blocked = threading.Event()
+
+    class Blocking(FakeConn):
+        def get(self, path, query=None, accept=kubeapi.JSON):
+            blocked.wait(5)  # a read that never answers (interrupt() cannot reach a fake)
+            raise kubeapi.Unreachable("gone")
+
+    monkeypatch.setattr("mcsdns.sources.kube.load_configuration", lambda *a: None)
+    monkeypatch.setattr("mcsdns.sources.kube.ApiConnection", lambda cfg: Blocking())
+    Blocking.host, Blocking.close = "https://fake", lambda self: None
+    monkeypatch.setattr("mcsdns.sources.kube.SHUTDOWN_GRACE", 0.2)
+
+    async def main() -> float:
+        source = KubeSource(Config(), Store(), FakeMetrics())
+        stop = asyncio.Event()
+        task = asyncio.create_task(source.run(stop))
+        await asyncio.sleep(0.1)
+        started = asyncio.get_running_loop().time()
+        stop.set()
+        await asyncio.wait_for(task, 2)
+        return asyncio.get_running_loop().time() - started
+
+    try:
+        assert asyncio.run(main()) < 1.0
+    finally:
+        blocked.set()
