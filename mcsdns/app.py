@@ -21,11 +21,12 @@ from prometheus_client import CollectorRegistry
 from .admin import Admin
 from .config import Config
 from .metrics import Metrics
+from .querylog import QueryLog, chain, errors
 from .resolve import Resolver
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
 from .table import Table, TableConfig
-from .transport import DnsServer
+from .transport import DnsServer, TcpLimits
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,11 @@ class App:
         self.server = DnsServer(
             self.resolver,
             forward=self.forwarder.forward if self.forwarder is not None else None,
-            observe=self.metrics.observe,
+            observe=chain(self.metrics.observe, QueryLog().observe) if config.log_queries else self.metrics.observe,
+            tcp_limits=TcpLimits(config.max_tcp_connections, config.tcp_idle_timeout, config.tcp_max_queries),
             reuse_port=config.workers > 1,
         )
+        self.server.on_panic = self.metrics.panic
         self.admin = Admin(self.registry, self.readiness)
         self.source = self._make_source()
         self._tasks: list[asyncio.Task] = []
@@ -136,13 +139,15 @@ class App:
         if self.config.lameduck:
             await asyncio.sleep(self.config.lameduck)
         self.server.stop_accepting()
-        await self.server.drain(timeout=2.0)
+        # Open (TCP) queries finish: a forwarded one may need the whole upstream timeout.
+        await self.server.drain(timeout=max(2.0, self.config.upstream_timeout + 0.5))
         if self.forwarder is not None:
             self.forwarder.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.admin.close()
+        errors.flush()
         log.info("stopped")
 
     def reload(self) -> None:

@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="expose only these namespaces (CoreDNS `namespaces`); default all")
     dns.add_argument("--ns-address", metavar="IP", action="append", default=[],
                      help="address(es) answered for ns.dns.<zone> and the apex NS (default: POD_IP(S), else the listen address)")
+    dns.add_argument("--max-tcp-connections", metavar="N", type=_int, default=1000,
+                     help="open DNS-over-TCP connections at once; beyond it new ones are closed at once")
+    dns.add_argument("--tcp-idle-timeout", metavar="DURATION", type=_seconds, default=10.0,
+                     help="close a TCP connection that sends no complete query (or reads no reply) for this long")
+    dns.add_argument("--tcp-max-queries", metavar="N", type=_int, default=0,
+                     help="queries per TCP connection before it is closed (after the replies); 0 = no limit")
     fwd = s.add_argument_group("forwarding")
     fwd.add_argument("--upstream", metavar="HOST[:PORT]", action="append", default=[],
                      help="upstream for names outside the zones (repeatable); default: /etc/resolv.conf; `none` refuses them")
@@ -105,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--log-level", metavar="LEVEL", default="INFO", type=str.upper,
                      choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="DEBUG, INFO (default), WARNING or ERROR")
     ops.add_argument("--log-queries", action="store_true", help="log one line per query (CoreDNS log format)")
+    ops.add_argument("--workers", metavar="N", type=_int, default=1,
+                     help="processes answering DNS on the same --listen ports (SO_REUSEPORT), each with its own watch "
+                     "or manifest reader, as CoreDNS replicas are; worker K serves /health, /ready and its own /metrics "
+                     "on the --http-listen port + K. The parent forwards SIGTERM/SIGINT/SIGHUP and restarts a worker that dies")
     return parser
 
 
@@ -138,6 +148,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         ttl=args.ttl,
         namespaces=namespaces,
         ns_addresses=tuple(args.ns_address),
+        max_tcp_connections=args.max_tcp_connections,
+        tcp_idle_timeout=args.tcp_idle_timeout,
+        tcp_max_queries=args.tcp_max_queries,
         http_listen=args.http_listen,
         upstreams=upstreams,
         upstream_timeout=args.upstream_timeout,
@@ -146,6 +159,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         lameduck=args.lameduck,
         log_level=args.log_level,
         log_queries=args.log_queries,
+        workers=args.workers,
     ).validate()
 
 
@@ -162,12 +176,112 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     log.info("mcsdns %s serving %s from %s", __version__, ", ".join(config.zones), config.describe_source())
+    if config.workers > 1:
+        return _supervise(config)
     try:
-        asyncio.run(_serve(config))
+        _run_loop(_serve(config))
+    except ConfigError as exc:  # found while starting, e.g. an --upstream that is this server (a loop)
+        log.error("cannot start: %s", exc)
+        return 2
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
     return 0
+
+
+def _run_loop(main_coro) -> None:
+    """asyncio.run, on uvloop when MCSDNS_LOOP=uvloop and it is installed (measured: docs/performance.md)."""
+    if os.environ.get("MCSDNS_LOOP", "").lower() == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            log.warning("MCSDNS_LOOP=uvloop but uvloop is not installed: using asyncio's default loop")
+        else:
+            return uvloop.run(main_coro)
+    return asyncio.run(main_coro)
+
+
+WORKER_RESTART_LIMIT = 5  # restarts of failed workers within WORKER_RESTART_WINDOW before giving up
+WORKER_RESTART_WINDOW = 60.0
+WORKER_STARTUP_GRACE = 10.0  # a worker failing this soon after it started is a configuration error: stop all
+
+
+def _supervise(config: Config) -> int:
+    """--workers N: fork N workers that share the DNS ports (SO_REUSEPORT) and wait for them.
+
+    Each worker is a whole App (its own watch or manifest reader, table and
+    caches), like a CoreDNS replica; the kernel spreads UDP flows and TCP
+    connections over their sockets. Only synced workers bind (each waits for
+    its own initial sync first), so none answers from an empty table. Worker K
+    serves its admin endpoints on the --http-listen port + K.
+    """
+    import dataclasses
+    import time
+
+    if any(port == 0 for _, port in config.listen):
+        log.error("cannot start: --workers needs fixed --listen ports (port 0 would give each worker its own)")
+        return 2
+    children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, start time)
+    state = {"stopping": False, "code": 0}
+    restarts: list[float] = []
+
+    def spawn(k: int) -> None:
+        http = config.http_listen
+        worker_config = dataclasses.replace(config, http_listen=(http[0], http[1] + k) if http and http[1] and k else http)
+        pid = os.fork()
+        if pid == 0:  # the worker
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            code = 0
+            try:
+                _run_loop(_serve(worker_config))
+            except ConfigError as exc:
+                log.error("worker %d cannot start: %s", k, exc)
+                code = 2
+            except OSError as exc:
+                log.error("worker %d cannot start: %s", k, exc)
+                code = 1
+            except BaseException:  # noqa: BLE001 - a worker reports and exits; the parent decides
+                log.exception("worker %d failed", k)
+                code = 1
+            logging.shutdown()
+            os._exit(code)
+        children[pid] = (k, time.monotonic())
+        log.info("worker %d started (pid %d)", k, pid)
+
+    def forward(sig: int, _frame) -> None:
+        if sig in (signal.SIGTERM, signal.SIGINT):
+            state["stopping"] = True
+        for pid in list(children):
+            try:
+                os.kill(pid, signal.SIGTERM if sig == signal.SIGINT else sig)
+            except ProcessLookupError:
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    for k in range(config.workers):
+        spawn(k)
+    while children:
+        pid, status = os.wait()
+        if pid not in children:
+            continue
+        k, started = children.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        if state["stopping"]:
+            state["code"] = max(state["code"], code if code > 0 else 0)
+            continue
+        now = time.monotonic()
+        restarts[:] = [t for t in restarts if now - t < WORKER_RESTART_WINDOW]
+        if code in (1, 2) and now - started < WORKER_STARTUP_GRACE or len(restarts) >= WORKER_RESTART_LIMIT:
+            log.error("worker %d exited with %d; stopping every worker", k, code)
+            state["stopping"], state["code"] = True, code if code > 0 else 1
+            forward(signal.SIGTERM, None)
+            continue
+        log.warning("worker %d exited with %d; starting it again", k, code)
+        restarts.append(now)
+        spawn(k)
+    return state["code"]
 
 
 async def _serve(config: Config) -> None:

@@ -1,15 +1,522 @@
-"""Forwarding of names outside the served zones (filled in by the forwarding issue)."""
+"""Forwarding of names outside the served zones: CoreDNS's `forward` plugin, in asyncio.
+
+A query the resolver hands over (`Forward`) goes to one upstream at a time,
+chosen by policy (random, round_robin, sequential) among the healthy ones,
+until one replies or the per-query timeout runs out (then SERVFAIL). The
+client's message goes out byte for byte except the ID, and the upstream's
+reply comes back byte for byte except the ID; the one exception is a reply
+too large for the client's UDP buffer, which is cut to a TC=1 header so the
+client retries over TCP.
+
+Transport: UDP clients are forwarded over UDP, retried over TCP when the
+upstream truncates below what the client can take (EDNS buffer > 512); TCP
+clients are forwarded over TCP. Per upstream, UDP
+queries share a few connected sockets (`UdpChannel`) with an ID-remapping
+table; TCP connections are kept idle for reuse (one query at a time each).
+
+Health: two consecutive failures mark an upstream down; from its first
+failure a background task probes it with `. IN NS` (as CoreDNS does) until
+any reply comes back. When every upstream is down they are tried anyway.
+
+Bounds: at most `max_concurrent` queries in flight (beyond it REFUSED at
+once); each holds a future, a copy of the query and a table entry, so memory
+stays proportional to that bound.
+"""
 
 from __future__ import annotations
 
-from .config import Config
+import asyncio
+import ipaddress
+import logging
+import random
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .config import Config, ConfigError
+from .querylog import TYPE_TEXT, errors, name_text
+from .transport import LocalReply
+from .wire import MAX_UDP, REFUSED, SERVFAIL, TC, Query, error_reply, opt_record
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+RESOLV_CONF = Path("/etc/resolv.conf")
+MAX_FAILS = 2  # CoreDNS forward `max_fails`: consecutive failures before an upstream is marked down
+PROBE_INTERVAL = 0.5  # CoreDNS `health_check` default
+PROBE_TIMEOUT = 1.0  # CoreDNS health check read timeout
+CHANNEL_CAP = 1024  # in-flight queries per UDP socket: keeps ID picks cheap and IDs hard to guess
+TCP_IDLE = 10.0  # CoreDNS `expire`: idle upstream TCP connections are closed after this long
+TCP_POOL = 16  # idle TCP connections kept per upstream
+MAX_STRAY = 8  # replies with the wrong ID read from one TCP connection before giving up on it
+
+U16 = struct.Struct(">H")
+AXFR, IXFR = 252, 251
+# `. IN NS`, RD set (CoreDNS health checks use recursion desired by default); ID 0 is replaced on send.
+PROBE = b"\x00\x00\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"\x00\x00\x02\x00\x01"
+PROBE_QUESTION = PROBE[12:]
+_ids = random.SystemRandom()
 
 
-def upstreams_from_config(config: Config) -> list[tuple[str, int]]:
-    """No forwarding yet: out-of-zone queries are REFUSED."""
-    return list(config.upstreams or ())
+class ForwardingLoop(ConfigError):
+    """An upstream is this server itself: every out-of-zone query would come back to us forever."""
 
 
-class Forwarder:  # replaced by the forwarding issue
-    def __init__(self, *args, **kwargs) -> None:
-        raise NotImplementedError("forwarding is not implemented yet")
+class UpstreamError(Exception):
+    """One exchange with one upstream failed: timeout, refused, reset or unusable reply."""
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def upstreams_from_config(config: Config, resolv_conf: Path = RESOLV_CONF) -> list[tuple[str, int]]:
+    """--upstream as given; without it, resolv.conf's nameservers minus our own listen addresses."""
+    if config.upstreams is not None:
+        for host, _ in config.upstreams:
+            _ip(host, "--upstream")
+        return list(config.upstreams)
+    found = read_resolv_conf(resolv_conf)
+    keep = []
+    for host in found:
+        if any(is_self((host, 53), listen) for listen in config.listen):
+            log.info("%s: skipping nameserver %s, it is this server's own listen address", resolv_conf, host)
+        else:
+            keep.append((host, 53))
+    if not keep:
+        log.warning("no usable nameserver in %s: names outside %s are REFUSED", resolv_conf, ", ".join(config.zones))
+    return keep
+
+
+def read_resolv_conf(path: Path) -> list[str]:
+    """The `nameserver` addresses of a resolv.conf, in order; [] when it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        log.warning("%s: cannot read (%s)", path, exc.strerror or exc)
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split("#", 1)[0].split(";", 1)[0].split()
+        if len(parts) >= 2 and parts[0] == "nameserver":
+            host = parts[1].split("%", 1)[0]  # fe80::1%eth0: scoped addresses cannot be used from here
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                log.warning("%s: ignoring nameserver %r, not an IP address", path, parts[1])
+                continue
+            if host not in out:
+                out.append(host)
+    return out
+
+
+def _ip(host: str, flag: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(f"{flag} {host!r}: must be an IP address (names would need a resolver to find the resolver)") from None
+
+
+def is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
+    """Whether queries sent to `upstream` would arrive at the listener `listen`.
+
+    Same port and either the same address, or a wildcard listener and an
+    upstream address of this host (`::` also takes IPv4 on a dual-stack host).
+    """
+    (uhost, uport), (lhost, lport) = upstream, listen
+    if uport != lport or lport == 0:
+        return False
+    try:
+        uip = ipaddress.ip_address(uhost)
+    except ValueError:
+        return False
+    if lhost in ("", "0.0.0.0", "::"):
+        if lhost == "0.0.0.0" and uip.version != 4:
+            return uip.ipv4_mapped is not None and is_local_address(str(uip.ipv4_mapped))
+        return is_local_address(str(uip))
+    try:
+        lip = ipaddress.ip_address(lhost)
+    except ValueError:
+        return False
+    return uip == lip or (uip.is_unspecified and is_local_address(str(lip)))
+
+
+def is_local_address(host: str) -> bool:
+    """True when `host` is an address of this machine: the kernel lets us bind to it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((host, 0))
+        return True
+    except OSError:
+        return False
+
+
+def check_loops(upstreams: list[tuple[str, int]], listen: list[tuple[str, int]]) -> None:
+    """Raise ForwardingLoop when an upstream is one of our own listen addresses."""
+    for up in upstreams:
+        for addr in listen:
+            if is_self(up, addr):
+                raise ForwardingLoop(
+                    f"--upstream {_hostport(*up)} is this server's own listen address {_hostport(*addr)}: "
+                    f"out-of-zone queries would be forwarded to ourselves in a loop. "
+                    f"Give a different upstream, or --upstream none to refuse out-of-zone names"
+                )
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# --------------------------------------------------------------------------- UDP
+
+
+class UdpChannel:
+    """One connected UDP socket to an upstream, shared by many in-flight queries.
+
+    Each query goes out under a random ID unused on this socket; a reply is
+    matched by ID and question and resolves the waiting future. Connected, the
+    socket only hears from the upstream's address, and the kernel reports ICMP
+    port-unreachable on it, so a dead port fails at once instead of timing out.
+    """
+
+    def __init__(self, addr: tuple[str, int], family: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            self.sock.setblocking(False)
+            self.sock.connect(addr)
+        except OSError:
+            self.sock.close()
+            raise
+        self.pending: dict[int, tuple[asyncio.Future, bytes]] = {}
+        self.loop.add_reader(self.sock.fileno(), self._readable)
+        self.closed = False
+
+    def send(self, raw: bytes, question: bytes) -> tuple[int, asyncio.Future]:
+        """Send `raw` under a fresh ID; the future gets the reply (ID as sent)."""
+        qid = _ids.getrandbits(16)
+        while qid in self.pending:
+            qid = _ids.getrandbits(16)
+        try:
+            self.sock.send(U16.pack(qid) + raw[2:])
+        except OSError as exc:  # ECONNREFUSED from an earlier ICMP error, ENOBUFS, EAGAIN
+            raise UpstreamError(_oserror(exc)) from None
+        future = self.loop.create_future()
+        self.pending[qid] = (future, question)
+        return qid, future
+
+    def forget(self, qid: int) -> None:
+        self.pending.pop(qid, None)
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(65535)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # ICMP port/host unreachable: every query on this socket is lost
+                self._fail_all(UpstreamError(_oserror(exc)))
+                return
+            if len(data) < 12 or not data[2] & 0x80:
+                continue
+            entry = self.pending.get((data[0] << 8) | data[1])
+            if entry is None:
+                continue  # a late reply to a query that already timed out
+            future, question = entry
+            if data[4:6] != b"\x00\x00" and data[12 : 12 + len(question)].lower() != question:
+                continue  # same ID, other question: not ours, keep waiting for the real one
+            del self.pending[(data[0] << 8) | data[1]]
+            if not future.done():
+                future.set_result(data)
+
+    def _fail_all(self, exc: UpstreamError) -> None:
+        pending, self.pending = self.pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(exc)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+            self._fail_all(UpstreamError("forwarder closed"))
+
+
+# --------------------------------------------------------------------------- upstream
+
+
+class Upstream:
+    """One upstream server: its sockets, its idle TCP connections and its health."""
+
+    def __init__(self, host: str, port: int, metrics: "Metrics | None" = None) -> None:
+        self.addr = (host, port)
+        self.family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.label = _hostport(host, port)  # CoreDNS's `to` label: net.JoinHostPort
+        self.metrics = metrics
+        self.fails = 0
+        self.channels: list[UdpChannel] = []
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
+        self.prober: asyncio.Task | None = None
+
+    @property
+    def down(self) -> bool:
+        return self.fails >= MAX_FAILS
+
+    # ----------------------------------------------------------------- exchanges
+
+    async def exchange(self, q: Query, tcp: bool, timeout: float) -> bytes:
+        """The upstream's reply to `q` (ID as we sent it); UDP first unless the client used TCP.
+
+        A truncated UDP reply is fetched again over TCP when the client's own
+        buffer is larger than 512 bytes: the upstream may have cut at its own
+        limit (Knot, BIND: 1232) below the client's. A client without EDNS
+        gets the TC reply as is, since the full answer could not fit anyway.
+        """
+        question = q.raw[12 : q.qend].lower()
+        reusable = q.qtype not in (AXFR, IXFR)  # a transfer may leave more messages on the stream
+        if tcp:
+            return await self.tcp(q.raw, question, timeout, reusable)
+        deadline = time.monotonic() + timeout
+        reply = await self.udp(q.raw, question, timeout)
+        if reply[2] & (TC >> 8) and q.edns and q.udp_size > MAX_UDP:
+            try:
+                return await self.tcp(q.raw, question, deadline - time.monotonic(), reusable)
+            except UpstreamError as exc:
+                log.debug("%s: TCP retry of a truncated reply failed (%s); passing the truncated one on", self.label, exc)
+        return reply
+
+    async def udp(self, raw: bytes, question: bytes, timeout: float) -> bytes:
+        channel = self._channel()
+        qid, future = channel.send(raw, question)
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            raise UpstreamError(f"no reply over UDP within {timeout:.3g}s") from None
+        finally:
+            channel.forget(qid)
+
+    def _channel(self) -> UdpChannel:
+        for channel in self.channels:
+            if len(channel.pending) < CHANNEL_CAP:
+                return channel
+        try:
+            channel = UdpChannel(self.addr, self.family)
+        except OSError as exc:
+            raise UpstreamError(_oserror(exc)) from None
+        self.channels.append(channel)
+        return channel
+
+    async def tcp(self, raw: bytes, question: bytes, timeout: float, reusable: bool = True) -> bytes:
+        if timeout <= 0:
+            raise UpstreamError("no time left for TCP")
+        qid = _ids.getrandbits(16)
+        message = U16.pack(len(raw)) + U16.pack(qid) + raw[2:]
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._tcp_exchange(message, qid, question, reusable)
+        except TimeoutError:
+            raise UpstreamError(f"no reply over TCP within {timeout:.3g}s") from None
+
+    async def _tcp_exchange(self, message: bytes, qid: int, question: bytes, reusable: bool) -> bytes:
+        while True:
+            reader, writer, reused = await self._connection()
+            try:
+                writer.write(message)
+                await writer.drain()
+                reply = await _read_reply(reader, qid, question)
+            except (OSError, asyncio.IncompleteReadError, UpstreamError) as exc:
+                writer.close()
+                if reused:
+                    continue  # the upstream closed an idle connection: once more on a fresh one
+                raise UpstreamError(_oserror(exc) if isinstance(exc, OSError) else str(exc) or "connection closed") from None
+            except BaseException:  # timeout or cancel mid-exchange: the stream is unusable
+                writer.close()
+                raise
+            if reusable:
+                self._release(reader, writer)
+            else:
+                writer.close()
+            return reply
+
+    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        now = time.monotonic()
+        while self.idle:
+            reader, writer, since = self.idle.pop()
+            if now - since < TCP_IDLE and not reader.at_eof() and not writer.is_closing():
+                return reader, writer, True
+            writer.close()
+        try:
+            reader, writer = await asyncio.open_connection(*self.addr)
+        except OSError as exc:
+            raise UpstreamError(_oserror(exc)) from None
+        return reader, writer, False
+
+    def _release(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.idle) < TCP_POOL and not writer.is_closing():
+            self.idle.append((reader, writer, time.monotonic()))
+        else:
+            writer.close()
+
+    # ----------------------------------------------------------------- health
+
+    def failed(self, reason: str) -> None:
+        """A query to this upstream failed: count it and make sure a probe is running."""
+        self.fails += 1
+        if self.fails == MAX_FAILS:
+            log.warning("upstream %s marked down after %d failures (last: %s); probing it with `. IN NS`", self.label, MAX_FAILS, reason)
+        if self.prober is None or self.prober.done():
+            self.prober = asyncio.get_running_loop().create_task(self._probe(), name=f"probe {self.label}")
+
+    def succeeded(self) -> None:
+        if self.fails >= MAX_FAILS:
+            log.info("upstream %s answers again", self.label)
+        self.fails = 0
+
+    async def _probe(self) -> None:
+        """Probe every PROBE_INTERVAL until any reply comes back (CoreDNS counts any reply as alive)."""
+        while self.fails:
+            await asyncio.sleep(PROBE_INTERVAL)
+            if not self.fails:
+                return  # a real query got through meanwhile
+            try:
+                await self.udp(PROBE, PROBE_QUESTION, PROBE_TIMEOUT)
+            except UpstreamError as exc:
+                self.fails += 1
+                if self.metrics is not None:
+                    self.metrics.healthcheck_failed(self.label)
+                log.debug("health check of %s failed: %s", self.label, exc)
+                continue
+            self.succeeded()
+
+    def close(self) -> None:
+        if self.prober is not None:
+            self.prober.cancel()
+        for channel in self.channels:
+            channel.close()
+        self.channels.clear()
+        for _, writer, _ in self.idle:
+            writer.close()
+        self.idle.clear()
+
+
+async def _read_reply(reader: asyncio.StreamReader, qid: int, question: bytes) -> bytes:
+    """The next length-prefixed message on the stream carrying our ID and question."""
+    for _ in range(MAX_STRAY):
+        (length,) = U16.unpack(await reader.readexactly(2))
+        data = await reader.readexactly(length)
+        if len(data) >= 12 and (data[0] << 8) | data[1] == qid and data[2] & 0x80:
+            if data[4:6] == b"\x00\x00" or data[12 : 12 + len(question)].lower() == question:
+                return data
+    raise UpstreamError("no matching reply on the TCP connection")
+
+
+def _oserror(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- forwarder
+
+
+class Forwarder:
+    """Sends out-of-zone queries upstream; the transport awaits `forward`."""
+
+    def __init__(self, upstreams: list[tuple[str, int]], config: Config, metrics: "Metrics") -> None:
+        if not upstreams:
+            raise ConfigError("forwarding needs at least one upstream")
+        for host, _ in upstreams:
+            _ip(host, "--upstream")
+        self.upstreams = [Upstream(host, port, metrics) for host, port in upstreams]
+        self.timeout = config.upstream_timeout
+        self.policy = config.upstream_policy
+        self.max_concurrent = config.max_concurrent
+        self.metrics = metrics
+        self.inflight = 0
+        self._next = 0  # round_robin position
+
+    async def start(self, config: Config, listen: list[tuple[str, int]]) -> None:
+        """Refuse to run as our own upstream (checked before any listener opens)."""
+        check_loops([u.addr for u in self.upstreams], list(listen))
+        log.info("forwarding names outside %s to %s (policy %s, timeout %.3gs, max %d in flight)",
+                 ", ".join(config.zones), ", ".join(u.label for u in self.upstreams),
+                 self.policy, self.timeout, self.max_concurrent)
+
+    async def forward(self, q: Query, tcp: bool) -> bytes:
+        """The reply for the client: the upstream's (client's ID), or our SERVFAIL/REFUSED."""
+        if self.inflight >= self.max_concurrent:
+            self.metrics.max_concurrent_rejects += 1
+            return LocalReply(error_reply(q.raw, REFUSED, q))
+        self.inflight += 1
+        try:
+            return await self._resolve(q, tcp)
+        finally:
+            self.inflight -= 1
+
+    async def _resolve(self, q: Query, tcp: bool) -> bytes:
+        deadline = time.monotonic() + self.timeout
+        order = self._order()
+        reason = "timeout"
+        for i, upstream in enumerate(order):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            started = time.perf_counter()
+            try:
+                # Split what is left among the upstreams still to try: a silent one cannot eat it all.
+                reply = await upstream.exchange(q, tcp, left / (len(order) - i))
+            except UpstreamError as exc:
+                reason = f"{upstream.label}: {exc}"
+                upstream.failed(str(exc))
+                continue
+            upstream.succeeded()
+            self.metrics.proxy_observe(upstream.label, reply[3] & 0x0F, time.perf_counter() - started)
+            return self._for_client(q, reply, tcp)
+        errors.log("forward", logging.ERROR, "plugin/errors: 2 %s %s: %s", name_text(q.raw[12 : q.qend - 4]),
+                   TYPE_TEXT.get(q.qtype) or f"TYPE{q.qtype}", reason)
+        return LocalReply(error_reply(q.raw, SERVFAIL, q))
+
+    def _order(self) -> list[Upstream]:
+        """Upstreams to try, in policy order, healthy ones only unless none is healthy."""
+        ups = self.upstreams
+        if len(ups) == 1:
+            order = ups
+        elif self.policy == "random":
+            order = random.sample(ups, len(ups))
+        elif self.policy == "round_robin":
+            start = self._next
+            self._next = (start + 1) % len(ups)
+            order = ups[start:] + ups[:start]
+        else:
+            order = ups
+        healthy = [u for u in order if not u.down]
+        if healthy:
+            return healthy
+        self.metrics.healthcheck_broken += 1  # every upstream is down: try them all anyway
+        return list(order)
+
+    @staticmethod
+    def _for_client(q: Query, reply: bytes, tcp: bool) -> bytes:
+        """The upstream's reply under the client's ID; cut to a TC header if it exceeds the client's UDP buffer."""
+        limit = 65535 if tcp else (q.udp_size if q.edns else MAX_UDP)
+        if len(reply) <= limit:
+            return q.raw[:2] + reply[2:]
+        opt = opt_record(q) if q.edns else b""
+        flags = bytes((reply[2] | (TC >> 8), reply[3]))
+        return q.raw[:2] + flags + b"\x00\x01\x00\x00\x00\x00" + U16.pack(1 if opt else 0) + q.raw[12 : q.qend] + opt
+
+    def close(self) -> None:
+        for upstream in self.upstreams:
+            upstream.close()
+
+
+__all__ = [
+    "Forwarder", "ForwardingLoop", "LocalReply", "Upstream", "UpstreamError",
+    "check_loops", "is_self", "read_resolv_conf", "upstreams_from_config",
+]  # fmt: skip

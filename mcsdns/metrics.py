@@ -4,6 +4,13 @@ The query path only bumps plain integers (`observe`); a custom collector
 turns them into Prometheus families at scrape time. That keeps counting off
 the hot path's budget, and lets tests build a fresh registry and read values
 back with `registry.get_sample_value`.
+
+Label values follow CoreDNS so its Grafana dashboards work unchanged:
+`server` is `dns://HOST:PORT` of the listener, `zone` the served zone that
+matched (`clusterset.local.`) or `.` for everything else, `view` empty, and
+the `plugin` of responses_total says who wrote the reply: `kubernetes` for
+zone answers, `forward` for upstream replies, "" for errors the server wrote
+itself (FORMERR, NOTIMP, REFUSED, SERVFAIL on a failed forward).
 """
 
 from __future__ import annotations
@@ -12,16 +19,18 @@ import bisect
 import datetime as dt
 import logging
 import platform
-import struct
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from . import __version__
+from .querylog import client_text, errors
+from .transport import server_label
+from .wire import Query
 
 if TYPE_CHECKING:
     from .app import App
@@ -32,9 +41,9 @@ log = logging.getLogger(__name__)
 DURATION_BUCKETS = tuple(0.00025 * 2**k for k in range(16))
 SIZE_BUCKETS = (0, 100, 200, 300, 400, 511, 1023, 2047, 4095, 8291, 16e3, 32e3, 48e3, 64e3)
 PROGRAMMING_BUCKETS = tuple(0.001 * 2**k for k in range(20))  # plugin/kubernetes/metrics.go
-HEALTH_BUCKETS = (0.00025, 0.0025, 0.025, 0.25, 2.5)
+PROXY_BUCKETS = DURATION_BUCKETS  # plugin/pkg/proxy/metrics.go: ExponentialBuckets(.00025, 2, 16)
 
-# The qtype label values CoreDNS keeps; everything else is "other".
+# The qtype label values CoreDNS keeps (plugin/metrics/vars/report.go); everything else is "other".
 QTYPE_NAMES = {
     1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA", 33: "SRV",
     43: "DS", 46: "RRSIG", 47: "NSEC", 48: "DNSKEY", 50: "NSEC3", 64: "SVCB", 65: "HTTPS",
@@ -42,11 +51,18 @@ QTYPE_NAMES = {
 }  # fmt: skip
 RCODE_NAMES = {
     0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
-    6: "YXDOMAIN", 7: "YXRRSET", 8: "NXRRSET", 9: "NOTAUTH", 10: "NOTZONE",
+    6: "YXDOMAIN", 7: "YXRRSET", 8: "NXRRSET", 9: "NOTAUTH", 10: "NOTZONE", 16: "BADVERS",
 }  # fmt: skip
+AA = 0x04  # in the third header byte
 
-ZONE = "."  # CoreDNS labels requests with the server block's zone; ours is the root block
+ROOT = "."  # the zone label of forwarded and out-of-zone queries
 VIEW = ""
+PROXY_NAME = "forward"
+PLUGINS = ("kubernetes", "forward", "")  # who wrote a reply; observe() uses the index
+_bisect = bisect.bisect_left  # buckets are `le`: the first bound >= the value
+_now = time.perf_counter
+
+
 
 
 class _Hist:
@@ -60,8 +76,13 @@ class _Hist:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # buckets are `le`
         self.sum += value
+
+    def add(self, other: "_Hist") -> None:
+        for i, n in enumerate(other.counts):
+            self.counts[i] += n
+        self.sum += other.sum
 
     def buckets(self) -> list[tuple[str, float]]:
         out, acc = [], 0
@@ -73,24 +94,122 @@ class _Hist:
 
 
 def _fmt(bound: float) -> str:
-    return repr(float(bound)) if not float(bound).is_integer() else f"{float(bound):.1f}"
+    """Bucket bounds as Go's client prints them (`0.00025`, `100`, `16000`)."""
+    value = float(bound)
+    return repr(value) if not value.is_integer() else str(int(value))
+
+
+BADVERS = 16  # our index for the extended rcode the resolver writes into the OPT record
+
+# A series' counters live in one flat list, so the query path does `counts[i] += 1` on a local
+# instead of attribute hops and method calls (those cost as much as the counting itself).
+N_SIZE = len(SIZE_BUCKETS) + 1
+TYPE_LABELS = tuple(QTYPE_NAMES.values()) + ("other",)
+TYPES = 0  # requests by CoreDNS `type` label, in TYPE_LABELS order
+REQ_SIZE = TYPES + len(TYPE_LABELS)  # request size buckets (+Inf last)
+RESP_SIZE = REQ_SIZE + N_SIZE  # response size buckets
+DURATION = RESP_SIZE + N_SIZE  # duration buckets
+RESPONSES = DURATION + len(DURATION_BUCKETS) + 1  # [rcode * 3 + plugin index]
+DO = RESPONSES + (BADVERS + 1) * len(PLUGINS)  # requests with the DO bit
+N_COUNTS = DO + 1
+SUM_REQ, SUM_RESP, SUM_DURATION = 0, 1, 2
+
+
+def _size_slots(offset: int) -> bytes:
+    """`offset` + bucket index of every message size 0..65535: a byte lookup instead of a bisect."""
+    out, low = bytearray(), 0
+    for index, bound in enumerate(SIZE_BUCKETS):
+        out += bytes([offset + index]) * (int(bound) - low + 1)
+        low = int(bound) + 1
+    return bytes(out) + bytes([offset + len(SIZE_BUCKETS)]) * (65536 - len(out))
+
+
+REQ_SLOT, RESP_SLOT = _size_slots(REQ_SIZE), _size_slots(RESP_SIZE)
+
+
+def _type_slots() -> bytes:
+    """qtype -> slot of its `type` label; every qtype CoreDNS does not name counts as "other"."""
+    out = bytearray([TYPES + len(TYPE_LABELS) - 1]) * 65536
+    for slot, qtype in enumerate(QTYPE_NAMES):
+        out[qtype] = TYPES + slot
+    return bytes(out)
+
+
+TYPE_SLOT = _type_slots()
+
+
+class _Series:
+    """Everything counted for one (listener, zone): CoreDNS's per-server, per-zone series.
+
+    Every counter is a slot of one list (label names are attached at scrape
+    time), so the query path indexes a local list and hashes nothing.
+    """
+
+    __slots__ = ("counts", "sums")
+
+    def __init__(self) -> None:
+        self.counts = [0] * N_COUNTS
+        self.sums = [0.0, 0.0, 0.0]  # request bytes, response bytes, seconds
+
+    def add(self, other: "_Series") -> None:
+        counts = self.counts
+        for i, n in enumerate(other.counts):
+            counts[i] += n
+        for i, v in enumerate(other.sums):
+            self.sums[i] += v
+
+    def _hist(self, bounds: tuple[float, ...], at: int, sum_index: int) -> _Hist:
+        hist = _Hist(bounds)
+        hist.counts = self.counts[at : at + len(bounds) + 1]
+        hist.sum = self.sums[sum_index]
+        return hist
+
+    @property
+    def req_size(self) -> _Hist:
+        return self._hist(SIZE_BUCKETS, REQ_SIZE, SUM_REQ)
+
+    @property
+    def resp_size(self) -> _Hist:
+        return self._hist(SIZE_BUCKETS, RESP_SIZE, SUM_RESP)
+
+    @property
+    def duration(self) -> _Hist:
+        return self._hist(DURATION_BUCKETS, DURATION, SUM_DURATION)
+
+    @property
+    def do(self) -> int:
+        return self.counts[DO]
+
+    def request_counts(self) -> dict[str, int]:
+        """By CoreDNS's `type` label: the named types, everything else `other`."""
+        return {label: n for label, n in zip(TYPE_LABELS, self.counts[TYPES:REQ_SIZE]) if n}
+
+    def response_counts(self) -> list[tuple[str, str, int]]:
+        """(rcode label, plugin label, count) for every non-zero cell."""
+        out = []
+        for i, n in enumerate(self.counts[RESPONSES:DO]):
+            if n:
+                code, plugin = divmod(i, len(PLUGINS))
+                out.append((RCODE_NAMES.get(code) or str(code), PLUGINS[plugin], n))
+        return out
 
 
 class Metrics(Collector):
-    """Counts from the query path and the sources, published on scrape."""
+    """Counts from the query path, the forwarder and the sources, published on scrape."""
 
-    def __init__(self, registry: CollectorRegistry, app: "App | None" = None, server: str = "dns://:5353") -> None:
+    def __init__(self, registry: CollectorRegistry, app: "App | None" = None) -> None:
         self.app = app
-        self.server = server
-        self.requests: dict[tuple[str, str, str], int] = defaultdict(int)  # (proto, family, type)
-        self.responses: dict[str, int] = defaultdict(int)  # rcode name
-        self.responses_plugin: dict[tuple[str, str], int] = defaultdict(int)  # (rcode, plugin)
-        self.do_requests = 0
-        self.duration = _Hist(DURATION_BUCKETS)
-        self.req_size = {"udp": _Hist(SIZE_BUCKETS), "tcp": _Hist(SIZE_BUCKETS)}
-        self.resp_size = {"udp": _Hist(SIZE_BUCKETS), "tcp": _Hist(SIZE_BUCKETS)}
+        self._zones: list[tuple[bytes, str]] = []  # (wire name, label), set by `set_zones`
+        self._single_zone: str | None = None
+        # listener -> zone label -> series; listeners hash by identity, so no key tuples per query.
+        self._series: dict[Any, dict[str, _Series]] = {}
         self.dropped = 0
         self.rejects: dict[str, int] = defaultdict(int)  # objects rejected, by reason
+        # Forwarding (plugin/forward and plugin/pkg/proxy).
+        self.proxy_duration: dict[tuple[str, str], _Hist] = {}  # (to, rcode) -> durations
+        self.healthcheck_failures: dict[str, int] = defaultdict(int)  # to -> failed probes
+        self.healthcheck_broken = 0
+        self.max_concurrent_rejects = 0
         self.panics = Counter("coredns_panics_total", "A metrics that counts the number of panics.", registry=registry)
         self.programming = Histogram(
             "coredns_kubernetes_dns_programming_duration_seconds",
@@ -113,32 +232,102 @@ class Metrics(Collector):
         self.watch_up: dict[str, bool] = {}
         self.extra_collectors: list = []
         registry.register(self)
+        try:  # process_* (memory, CPU, fds): what CoreDNS dashboards chart next to the DNS panels
+            ProcessCollector(registry=registry)
+        except ValueError:
+            pass  # already registered on this registry
+        if app is not None:
+            self.set_zones(app.table.zones)
+
+    def set_zones(self, zones: Iterable[bytes]) -> None:
+        """The served zones in wire form, for the `zone` label."""
+        self._zones = [(z, _zone_label(z)) for z in zones]
+        self._single_zone = self._zones[0][1] if len(self._zones) == 1 else None
 
     # ----------------------------------------------------------------- hot path
 
-    def observe(self, proto: str, family: int, query: bytes, reply: bytes | None, started: float) -> None:
-        """Count one query and its reply (None: dropped). Cheap: integer and list bumps only."""
-        if reply is None and len(query) < 12:
+    def observe(self, where: Any, client: Any, data: bytes, q: Query | None, reply: bytes | None,
+                started: float, forwarded: bool) -> None:
+        """Count one packet and its reply (None: dropped).
+
+        `where` is the transport's Listener (server label, proto, family); `q`
+        the resolver's parsed query, so nothing is parsed twice. Integer and
+        list bumps and bisects only, inlined (a method call costs as much as
+        the counting): no objects per query.
+        """
+        if reply is None and q is None:
+            self.dropped += 1
+            errors.log("dropped", logging.WARNING, "dropped an unreadable packet from %s (%d bytes)", client_text(client), len(data))
+            return
+        if forwarded:
+            zone = ROOT
+            plugin = 1 if type(reply) is bytes else 2  # "forward"; our own errors are a LocalReply (bytes subclass)
+        elif reply is not None and reply[2] & AA:
+            zone = self._single_zone or self._zone(q)
+            plugin = 0  # "kubernetes"
+        else:
+            zone = self._zone(q)
+            plugin = 2  # "": written by the server
+        by_zone = self._series.get(where)
+        if by_zone is None:
+            by_zone = self._series[where] = {}
+        series = by_zone.get(zone)
+        if series is None:
+            series = by_zone[zone] = _Series()
+        counts, sums = series.counts, series.sums
+        if q is not None:
+            counts[TYPE_SLOT[q.qtype]] += 1
+            if q.do:
+                counts[DO] += 1
+        else:
+            counts[REQ_SIZE - 1] += 1  # "other"
+        size = len(data)
+        counts[REQ_SLOT[size] if size < 65536 else RESP_SIZE - 1] += 1  # (DNS messages never exceed 65535)
+        sums[0] += size
+        if started:
+            elapsed = _now() - started
+            counts[DURATION + _bisect(DURATION_BUCKETS, elapsed)] += 1
+            sums[2] += elapsed
+        if reply is None:
             self.dropped += 1
             return
-        qtype = "other"
-        if len(query) >= 17:
-            end = query.find(b"\x00", 12)
-            if end > 0 and end + 3 <= len(query):
-                (code,) = struct.unpack_from(">H", query, end + 1)
-                qtype = QTYPE_NAMES.get(code, "other")
-        self.requests[(proto, "2" if family == 2 else "1", qtype)] += 1
-        self.req_size[proto].observe(len(query))
-        if len(query) >= 12 and query.find(b"\x00\x00\x29", 12) > 0 and _do_bit(query):
-            self.do_requests += 1
-        if reply is not None:
-            rcode = RCODE_NAMES.get(reply[3] & 0x0F, str(reply[3] & 0x0F))
-            self.responses[rcode] += 1
-            self.resp_size[proto].observe(len(reply))
-        else:
-            self.dropped += 1
-        if started:
-            self.duration.observe(time.perf_counter() - started)
+        code = reply[3] & 0x0F
+        if not code and q is not None and q.edns_version and not forwarded:
+            code = BADVERS  # the resolver's BADVERS: extended rcode in the OPT record
+        counts[RESPONSES + code * 3 + plugin] += 1
+        size = len(reply)
+        counts[RESP_SLOT[size] if size < 65536 else DURATION - 1] += 1
+        sums[1] += size
+        if code == 1 and not forwarded:
+            errors.log("malformed", logging.WARNING, "malformed query from %s (%d bytes): FORMERR", client_text(client), len(data))
+
+    def _zone(self, q: Query | None) -> str:
+        """The served zone containing the question, else `.` (zones are few: a scan is fine)."""
+        if q is None:
+            return ROOT
+        lname = q.lname
+        best, best_len = ROOT, -1
+        for zwire, label in self._zones:
+            if len(zwire) > best_len and lname.endswith(zwire) and _label_boundary(lname, len(lname) - len(zwire)):
+                best, best_len = label, len(zwire)
+        return best
+
+    # ----------------------------------------------------------------- forwarding
+
+    def proxy_observe(self, to: str, rcode: int, seconds: float) -> None:
+        """One upstream exchange that got a reply (CoreDNS observes only those)."""
+        key = (to, RCODE_NAMES.get(rcode) or str(rcode))
+        hist = self.proxy_duration.get(key)
+        if hist is None:
+            hist = self.proxy_duration[key] = _Hist(PROXY_BUCKETS)
+        hist.observe(seconds)
+
+    def healthcheck_failed(self, to: str) -> None:
+        self.healthcheck_failures[to] += 1
+
+    def panic(self) -> None:
+        """A bug surfaced on the query path (CoreDNS counts recovered panics)."""
+        self.panics.inc()
 
     # ----------------------------------------------------------------- sources
 
@@ -162,65 +351,114 @@ class Metrics(Collector):
     # ----------------------------------------------------------------- scrape
 
     def collect(self) -> Iterable:
-        labels = ["server", "zone", "view"]
-        base = [self.server, ZONE, VIEW]
-        req = CounterMetricFamily("coredns_dns_requests_total", "Counter of DNS requests made per zone, protocol and family.", labels=labels + ["proto", "family", "type"])
-        for (proto, family, qtype), n in sorted(self.requests.items()):
-            req.add_metric(base + [proto, family, qtype], n)
-        yield req
-        resp = CounterMetricFamily("coredns_dns_responses_total", "Counter of response status codes.", labels=labels + ["rcode", "plugin"])
-        for rcode, n in sorted(self.responses.items()):
-            resp.add_metric(base + [rcode, "kubernetes"], n)
-        yield resp
-        do = CounterMetricFamily("coredns_dns_do_requests_total", "Counter of DNS requests with DO bit set per zone.", labels=labels)
-        do.add_metric(base, self.do_requests)
-        yield do
-        dur = HistogramMetricFamily("coredns_dns_request_duration_seconds", "Histogram of the time (in seconds) each request took per zone.", labels=labels)
-        dur.add_metric(base, self.duration.buckets(), self.duration.sum)
-        yield dur
-        for name, hists, text in (
-            ("coredns_dns_request_size_bytes", self.req_size, "Size of the EDNS0 UDP buffer in bytes (64K for TCP) per zone and protocol."),
-            ("coredns_dns_response_size_bytes", self.resp_size, "Size of the returned response in bytes."),
-        ):
-            fam = HistogramMetricFamily(name, text, labels=labels + ["proto"])
-            for proto, h in hists.items():
-                fam.add_metric(base + [proto], h.buckets(), h.sum)
-            yield fam
+        yield from self._collect_dns()
+        yield from self._collect_forward()
         yield from self._collect_mcsdns()
+        for collector in self.extra_collectors:
+            yield from collector.collect()
+
+    def _merged(self) -> dict[tuple[str, str, str, str], _Series]:
+        """(server, zone, proto, family) -> series summed over listeners (a copy: the loop keeps counting)."""
+        out: dict[tuple[str, str, str, str], _Series] = {}
+        for where, by_zone in list(self._series.items()):
+            for zone, s in list(by_zone.items()):
+                key = (where.server, zone, where.proto, "2" if where.family == 2 else "1")
+                m = out.get(key)
+                if m is None:
+                    m = out[key] = _Series()
+                m.add(s)
+        return out
+
+    def _collect_dns(self) -> Iterable:
+        merged = self._merged()
+        labels = ["server", "zone", "view"]
+        req = CounterMetricFamily("coredns_dns_requests", "Counter of DNS requests made per zone, protocol and family.",
+                                  labels=labels + ["proto", "family", "type"])
+        resp = CounterMetricFamily("coredns_dns_responses", "Counter of response status codes.", labels=labels + ["rcode", "plugin"])
+        do = CounterMetricFamily("coredns_dns_do_requests", "Counter of DNS requests with DO bit set per zone.", labels=labels)
+        dur = HistogramMetricFamily("coredns_dns_request_duration_seconds", "Histogram of the time (in seconds) each request took per zone.", labels=labels)
+        req_size = HistogramMetricFamily("coredns_dns_request_size_bytes", "Size of the EDNS0 UDP buffer in bytes (64K for TCP) per zone and protocol.", labels=labels + ["proto"])
+        resp_size = HistogramMetricFamily("coredns_dns_response_size_bytes", "Size of the returned response in bytes.", labels=labels + ["proto"])
+        # Per (server, zone) sums for the families without proto/family labels.
+        per_zone: dict[tuple[str, str], _Series] = {}
+        sized: dict[tuple[str, str, str], tuple[_Hist, _Hist]] = {}
+        for (server, zone, proto, family), s in sorted(merged.items()):
+            for qtype, n in sorted(s.request_counts().items()):
+                req.add_metric([server, zone, VIEW, proto, family, qtype], n)
+            z = per_zone.get((server, zone))
+            if z is None:
+                z = per_zone[(server, zone)] = _Series()
+            z.add(s)
+            pair = sized.setdefault((server, zone, proto), (_Hist(SIZE_BUCKETS), _Hist(SIZE_BUCKETS)))
+            pair[0].add(s.req_size)
+            pair[1].add(s.resp_size)
+        for (server, zone), z in sorted(per_zone.items()):
+            base = [server, zone, VIEW]
+            for rcode, plugin, n in z.response_counts():
+                resp.add_metric(base + [rcode, plugin], n)
+            do.add_metric(base, z.do)
+            dur.add_metric(base, z.duration.buckets(), z.duration.sum)
+        for (server, zone, proto), (rq, rs) in sorted(sized.items()):
+            req_size.add_metric([server, zone, VIEW, proto], rq.buckets(), rq.sum)
+            resp_size.add_metric([server, zone, VIEW, proto], rs.buckets(), rs.sum)
+        yield from (req, resp, do, dur, req_size, resp_size)
+        yield self._plugins_enabled()
+
+    def _plugins_enabled(self) -> GaugeMetricFamily:
+        """coredns_plugin_enabled: what a CoreDNS with the equivalent Corefile would report."""
+        fam = GaugeMetricFamily("coredns_plugin_enabled", "A metric that indicates whether a plugin is enabled on per server and zone basis.",
+                                labels=["server", "zone", "view", "name"])
+        app = self.app
+        if app is None:
+            return fam
+        for host, port in app.server.addresses:
+            server = server_label(host, port)
+            for _, zone in self._zones:
+                fam.add_metric([server, zone, VIEW, "kubernetes"], 1)
+            if app.forwarder is not None:
+                fam.add_metric([server, ROOT, VIEW, "forward"], 1)
+        return fam
+
+    def _collect_forward(self) -> Iterable:
+        dur = HistogramMetricFamily("coredns_proxy_request_duration_seconds", "Histogram of the time each request took.",
+                                    labels=["proxy_name", "to", "rcode"])
+        for (to, rcode), hist in sorted(self.proxy_duration.items()):
+            dur.add_metric([PROXY_NAME, to, rcode], hist.buckets(), hist.sum)
+        yield dur
+        hc = CounterMetricFamily("coredns_proxy_healthcheck_failures", "Counter of the number of failed healthchecks.",
+                                 labels=["proxy_name", "to"])
+        for to, n in sorted(self.healthcheck_failures.items()):
+            hc.add_metric([PROXY_NAME, to], n)
+        yield hc
+        broken = CounterMetricFamily("coredns_forward_healthcheck_broken", "Counter of the number of complete failures of the healthchecks.")
+        broken.add_metric([], self.healthcheck_broken)
+        yield broken
+        rejects = CounterMetricFamily("coredns_forward_max_concurrent_rejects", "Counter of the number of queries rejected because the concurrent queries were at maximum.")
+        rejects.add_metric([], self.max_concurrent_rejects)
+        yield rejects
+        forwarder = self.app.forwarder if self.app is not None else None
+        if forwarder is not None:
+            up = GaugeMetricFamily("mcsdns_forward_upstream_up", "1 while an upstream is considered healthy, 0 while it is marked down.", labels=["to"])
+            for upstream in forwarder.upstreams:
+                up.add_metric([upstream.label], 0 if upstream.down else 1)
+            yield up
+            inflight = GaugeMetricFamily("mcsdns_forward_inflight", "Forwarded queries waiting for an upstream.")
+            inflight.add_metric([], forwarder.inflight)
+            yield inflight
 
     def _collect_mcsdns(self) -> Iterable:
-        dropped = CounterMetricFamily("mcsdns_dropped_packets_total", "Packets dropped without a reply (no readable header).")
+        dropped = CounterMetricFamily("mcsdns_dropped_packets", "Packets dropped without a reply (no readable header, or a response).")
         dropped.add_metric([], self.dropped)
         yield dropped
-        rej = CounterMetricFamily("mcsdns_objects_rejected_total", "Objects rejected at ingest, by reason.", labels=["reason"])
+        rej = CounterMetricFamily("mcsdns_objects_rejected", "Objects rejected at ingest, by reason.", labels=["reason"])
         for reason, n in sorted(self.rejects.items()):
             rej.add_metric([reason], n)
         yield rej
-        app = self.app
-        if app is None:
-            return
-        table, store = app.table, app.store
-        objs = GaugeMetricFamily("mcsdns_objects", "Objects known, by kind.", labels=["kind"])
-        for kind, n in store.counts().items():
-            objs.add_metric([kind], n)
-        yield objs
-        answers = GaugeMetricFamily("mcsdns_compiled_answers", "Answers compiled into the record table.")
-        answers.add_metric([], len(table.answers))
-        yield answers
-        services = GaugeMetricFamily("mcsdns_compiled_services", "Services with compiled answers.")
-        services.add_metric([], len(table.owned))
-        yield services
-        synced = GaugeMetricFamily("mcsdns_synced", "1 when every watched resource completed its initial list.")
-        synced.add_metric([], 1 if table.synced else 0)
-        yield synced
-        gen = GaugeMetricFamily("mcsdns_table_generation", "Record table generation (changes applied).")
-        gen.add_metric([], table.generation)
-        yield gen
-        restarts = CounterMetricFamily("mcsdns_watch_restarts_total", "Watch streams restarted, by resource.", labels=["resource"])
+        restarts = CounterMetricFamily("mcsdns_watch_restarts", "Watch streams restarted, by resource.", labels=["resource"])
         for res, n in sorted(self.watch_restarts.items()):
             restarts.add_metric([res], n)
         yield restarts
-        relists = CounterMetricFamily("mcsdns_relists_total", "Full lists of a resource (initial, 410 Gone, resync).", labels=["resource"])
+        relists = CounterMetricFamily("mcsdns_relists", "Full lists of a resource (initial, 410 Gone, resync).", labels=["resource"])
         for res, n in sorted(self.relists.items()):
             relists.add_metric([res], n)
         yield relists
@@ -232,8 +470,46 @@ class Metrics(Collector):
             since = GaugeMetricFamily("mcsdns_seconds_since_last_sync", "Seconds since the source last confirmed the state with the API or files.")
             since.add_metric([], time.monotonic() - self.last_sync)
             yield since
+        app = self.app
+        if app is None:
+            return
+        yield from self._collect_table(app)
+
+    def _collect_table(self, app: "App") -> Iterable:
+        """Table and store sizes, read from the live objects at scrape time (no gauges to keep in step)."""
+        table, store = app.table, app.store
+        objs = GaugeMetricFamily("mcsdns_objects", "Objects known, by kind.", labels=["kind"])
+        for kind, n in store.counts().items():
+            objs.add_metric([kind], n)
+        yield objs
+        answers = GaugeMetricFamily("mcsdns_compiled_answers", "Answers (name, type) compiled into the record table.")
+        answers.add_metric([], len(table.answers))
+        yield answers
+        names = GaugeMetricFamily("mcsdns_compiled_names", "Distinct names with compiled answers.")
+        names.add_metric([], len({key[:-4] for key in list(table.answers)}))  # key = wire name + type + class
+        yield names
+        services = GaugeMetricFamily("mcsdns_compiled_services", "Services with compiled answers.")
+        services.add_metric([], len(table.owned))
+        yield services
+        synced = GaugeMetricFamily("mcsdns_synced", "1 when every watched resource completed its initial list.")
+        synced.add_metric([], 1 if table.synced else 0)
+        yield synced
+        gen = GaugeMetricFamily("mcsdns_table_generation", "Record table generation (changes applied).")
+        gen.add_metric([], table.generation)
+        yield gen
 
 
-def _do_bit(query: bytes) -> bool:
-    at = query.rfind(b"\x00\x00\x29")
-    return at > 0 and at + 7 <= len(query) and bool(query[at + 7] & 0x80)
+def _zone_label(zwire: bytes) -> str:
+    labels = []
+    i = 0
+    while i < len(zwire) and zwire[i]:
+        labels.append(zwire[i + 1 : i + 1 + zwire[i]].decode("latin-1"))
+        i += zwire[i] + 1
+    return ".".join(labels) + "."
+
+
+def _label_boundary(lname: bytes, at: int) -> bool:
+    i = 0
+    while i < at:
+        i += lname[i] + 1
+    return i == at

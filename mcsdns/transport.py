@@ -10,13 +10,15 @@ ones may overtake), with an idle timeout and a cap on open connections.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
+from .querylog import errors
 from .resolve import Forward, Resolver
 from .wire import FORMERR, Query, error_reply
 
@@ -24,13 +26,41 @@ log = logging.getLogger(__name__)
 
 U16 = struct.Struct(">H")
 UDP_BATCH = 64  # datagrams drained per wakeup before letting other work run
+# Socket receive buffer asked for (the kernel caps it at net.core.rmem_max). The default (~200 KB,
+# ~150 small datagrams) overflows whenever the process is descheduled for a few milliseconds at
+# tens of thousands of queries per second; 1 MB (~1000 datagrams) rides out a ~25 ms stall at full
+# rate. Not more: under sustained overload a deeper queue only answers queries later, after the
+# client gave up. Bounded either way: a flood costs at most this much queued memory.
+UDP_RCVBUF = 1 << 20
+
+
+@dataclass(eq=False, slots=True)
+class Listener:
+    """One bound socket as metrics and logs name it; hashes by identity, so observers can key on it."""
+
+    server: str  # CoreDNS's `server` label: dns://HOST:PORT (dns://:PORT for a wildcard address)
+    proto: str  # "udp" or "tcp"
+    family: int  # 1 IPv4, 2 IPv6 (CoreDNS's `family` label)
 
 
 class Observer(Protocol):
-    def __call__(self, proto: str, family: int, query: bytes, reply: bytes | None, started: float) -> None: ...
+    """Called once per packet: `q` is the resolver's parsed query (None if unreadable), `reply` None if dropped."""
+
+    def __call__(self, where: Listener, client: Any, query: bytes, q: Query | None, reply: bytes | None,
+                 started: float, forwarded: bool) -> None: ...
 
 
 ForwardFn = Callable[[Query, bool], Awaitable[bytes | None]]
+
+
+class LocalReply(bytes):
+    """A reply written by this server in the forward path (SERVFAIL, REFUSED), not by an upstream.
+
+    Still plain bytes to send; observers tell it apart by type, so metrics label
+    it plugin "" like CoreDNS's server-written errors, and upstream replies "forward".
+    """
+
+    __slots__ = ()
 
 
 @dataclass(slots=True)
@@ -87,6 +117,7 @@ class DnsServer:
         self._tcp_conns: set[asyncio.StreamWriter] = set()
         self._inflight: set[asyncio.Task] = set()
         self.addresses: list[tuple[str, int]] = []
+        self.on_panic: Callable[[], None] | None = None  # metrics: coredns_panics_total
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -96,18 +127,25 @@ class DnsServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         udp = socket.socket(family, socket.SOCK_DGRAM)
         try:
+            try:
+                udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RCVBUF)
+            except OSError:
+                pass  # keep the default
             if self.reuse_port:
                 udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             udp.bind((host, port))
             udp.setblocking(False)
             actual = udp.getsockname()[1]
+            fam = 2 if family == socket.AF_INET6 else 1
+            label = server_label(host, actual)
             server = await asyncio.start_server(
-                self._serve_tcp, host, actual, family=family, reuse_port=self.reuse_port or None, backlog=1024
+                functools.partial(self._serve_tcp, Listener(label, "tcp", fam)), host, actual, family=family,
+                reuse_port=self.reuse_port or None, backlog=1024,
             )
         except OSError:
             udp.close()
             raise
-        loop.add_reader(udp.fileno(), self._on_udp, udp, 2 if family == socket.AF_INET6 else 1)
+        loop.add_reader(udp.fileno(), self._on_udp, udp, Listener(label, "udp", fam))
         self._udp.append(udp)
         self._tcp.append(server)
         self.addresses.append((host, actual))
@@ -136,8 +174,9 @@ class DnsServer:
 
     # ----------------------------------------------------------------- UDP
 
-    def _on_udp(self, sock: socket.socket, family: int) -> None:
-        handle = self.resolver.handle
+    def _on_udp(self, sock: socket.socket, where: Listener) -> None:
+        resolver = self.resolver
+        handle = resolver.handle
         observe = self.observe
         for _ in range(UDP_BATCH):
             try:
@@ -151,22 +190,29 @@ class DnsServer:
             try:
                 reply = handle(data, False)
             except Exception:  # a bug must not stop the listener
-                log.exception("resolver failed on a UDP query")
-                reply = error_reply(data, 2) if len(data) >= 12 else None
+                reply = self._panic(data, "UDP")
             if type(reply) is bytes:
                 try:
                     sock.sendto(reply, addr)
                 except OSError as exc:
                     log.debug("udp send to %s failed: %s", addr, exc)
                 if observe:
-                    observe("udp", family, data, reply, started)
+                    observe(where, addr, data, resolver.last_query, reply, started, False)
             elif reply is None:
                 if observe:
-                    observe("udp", family, data, None, started)
+                    observe(where, addr, data, resolver.last_query, None, started, False)
             else:
-                self._spawn(self._forward_udp(sock, addr, family, data, reply, started))
+                self._spawn(self._forward_udp(sock, addr, where, data, reply, started))
 
-    async def _forward_udp(self, sock, addr, family: int, data: bytes, fwd: Forward, started: float) -> None:
+    def _panic(self, data: bytes, proto: str) -> bytes | None:
+        """The resolver raised: count it like CoreDNS counts a recovered panic, log (rate-limited), SERVFAIL."""
+        if self.on_panic is not None:
+            self.on_panic()
+        errors.log("panic", logging.ERROR, "resolver failed on a %s query", proto, exc_info=True)
+        self.resolver.last_query = None
+        return error_reply(data, 2) if len(data) >= 12 else None
+
+    async def _forward_udp(self, sock, addr, where: Listener, data: bytes, fwd: Forward, started: float) -> None:
         reply = await self._forwarded(fwd, False)
         if reply is not None:
             try:
@@ -174,33 +220,36 @@ class DnsServer:
             except OSError as exc:
                 log.debug("udp send to %s failed: %s", addr, exc)
         if self.observe:
-            self.observe("udp", family, data, reply, started)
+            self.observe(where, addr, data, fwd.query, reply, started, True)
 
     async def _forwarded(self, fwd: Forward, tcp: bool) -> bytes | None:
         if self.forward is None:
-            return error_reply(fwd.query.raw, 5, fwd.query)
+            return LocalReply(error_reply(fwd.query.raw, 5, fwd.query))
         try:
             return await self.forward(fwd.query, tcp)
         except Exception:
-            log.exception("forwarding failed")
-            return error_reply(fwd.query.raw, 2, fwd.query)
+            if self.on_panic is not None:
+                self.on_panic()
+            errors.log("panic", logging.ERROR, "forwarding failed", exc_info=True)
+            return LocalReply(error_reply(fwd.query.raw, 2, fwd.query))
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_event_loop().create_task(coro)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
+        return task
 
     # ----------------------------------------------------------------- TCP
 
-    async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_tcp(self, where: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         limits = self.tcp_limits
         if len(self._tcp_conns) >= limits.max_connections:
             writer.close()
             return
         self._tcp_conns.add(writer)
-        sock = writer.get_extra_info("socket")
-        family = 2 if sock is not None and sock.family == socket.AF_INET6 else 1
+        client = writer.get_extra_info("peername")
         served = 0
+        owed: set[asyncio.Task] = set()  # forwarded queries of this connection not answered yet
         try:
             while True:
                 try:
@@ -208,42 +257,55 @@ class DnsServer:
                     (length,) = U16.unpack(prefix)
                     data = await asyncio.wait_for(reader.readexactly(length), limits.idle_timeout)
                 except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
-                    return
+                    break  # closed, idle, or a length prefix that lies: answer what is owed, then close
                 started = time.perf_counter() if self.observe else 0.0
                 try:
                     reply = self.resolver.handle(data, True)
                 except Exception:
-                    log.exception("resolver failed on a TCP query")
-                    reply = error_reply(data, 2) if len(data) >= 12 else None
+                    reply = self._panic(data, "TCP")
                 if isinstance(reply, Forward):
-                    self._spawn(self._forward_tcp(writer, family, data, reply, started))
+                    task = self._spawn(self._forward_tcp(writer, where, client, data, reply, started))
+                    owed.add(task)
+                    task.add_done_callback(owed.discard)
                 else:
-                    self._write_tcp(writer, family, data, reply, started)
+                    self._write_tcp(writer, where, client, data, self.resolver.last_query, reply, started, False)
                     if reply is None and len(data) < 12:
-                        return  # garbage without a header: drop the connection
+                        break  # garbage without a header: drop the connection
                 served += 1
                 if limits.max_queries and served >= limits.max_queries:
-                    return
-                await writer.drain()
-        except ConnectionError:
-            pass
+                    break
+                # A client that stops reading stalls here: it gets the same timeout as one that stops writing.
+                await asyncio.wait_for(writer.drain(), limits.idle_timeout)
+            if owed:  # RFC 7766: the forwarded answers still owed go out before the close
+                await asyncio.wait(owed, timeout=limits.idle_timeout)
+            await asyncio.wait_for(writer.drain(), limits.idle_timeout)
+        except (ConnectionError, asyncio.TimeoutError):
+            writer.transport.abort()  # nobody reads: drop what is buffered and free the socket now
         finally:
             self._tcp_conns.discard(writer)
             writer.close()
 
-    def _write_tcp(self, writer: asyncio.StreamWriter, family: int, data: bytes, reply: bytes | None, started: float) -> None:
+    def _write_tcp(self, writer: asyncio.StreamWriter, where: Listener, client: Any, data: bytes, q: Query | None,
+                   reply: bytes | None, started: float, forwarded: bool) -> None:
         if reply is not None and not writer.is_closing():
             writer.write(U16.pack(len(reply)) + reply)
         if self.observe:
-            self.observe("tcp", family, data, reply, started)
+            self.observe(where, client, data, q, reply, started, forwarded)
 
-    async def _forward_tcp(self, writer, family: int, data: bytes, fwd: Forward, started: float) -> None:
+    async def _forward_tcp(self, writer, where: Listener, client: Any, data: bytes, fwd: Forward, started: float) -> None:
         reply = await self._forwarded(fwd, True)
-        self._write_tcp(writer, family, data, reply, started)
+        self._write_tcp(writer, where, client, data, fwd.query, reply, started, True)
 
 
 def _fmt(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-__all__ = ["DnsServer", "TcpLimits", "parse_hostport", "FORMERR"]
+def server_label(host: str, port: int) -> str:
+    """CoreDNS's `server` label: `dns://:53` for a wildcard address, else `dns://HOST:PORT`."""
+    if host in ("", "0.0.0.0", "::"):
+        return f"dns://:{port}"
+    return f"dns://{_fmt(host, port)}"
+
+
+__all__ = ["DnsServer", "Listener", "LocalReply", "TcpLimits", "parse_hostport", "server_label", "FORMERR"]

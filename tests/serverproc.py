@@ -62,6 +62,7 @@ class Server:
             "--listen", f"127.0.0.1:{self.dns_port}",
             "--http-listen", f"127.0.0.1:{self.http_port}",
             "--lameduck", "0",
+            *(() if "--upstream" in self.args else ("--upstream", "none")),  # hermetic: not this host's resolv.conf
             *self.args,
         ]  # fmt: skip
         self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"mcsdns-test-{self.dns_port}.log"
