@@ -113,7 +113,8 @@ def find_entries(req: Request, view: ZoneView) -> tuple[list[Entry], bool]:
             for addr in sl.addresses:
                 if req.endpoint and (req.cluster != cluster.lower() or req.endpoint != addr.hostname.lower()):
                     continue
-                target = (addr.hostname, cluster) + base if cluster is not None else base
+                # A cluster id with dots (a valid label value) spans several labels, as in CoreDNS's target.
+                target = (addr.hostname, *cluster.split(".")) + base if cluster is not None else base
                 for port in sl.ports:
                     if _port_matches(req, port):
                         entries.append(Entry(addr.ip, addr.v6, port.port, target, cluster is not None))
@@ -237,7 +238,7 @@ def service_names(svc: Service) -> Iterable[tuple[str, ...]]:
         ports = [p for sl in svc.slices for p in sl.ports]
     seen: set[tuple[str, ...]] = set()
     for p in ports:
-        if p.name and p.protocol:
+        if p.name and p.protocol and len(p.name) < 63:  # `_` + a 63-byte port name is no DNS label: no such name
             seen.add((f"_{p.name.lower()}", f"_{p.protocol.lower()}"))
     for sl in svc.slices:
         if sl.cluster is None:

@@ -52,6 +52,7 @@ class Query:
     qclass: int
     edns: bool = False
     udp_size: int = MAX_UDP
+    payload: int = MAX_UDP  # the advertised size as sent, echoed in the reply's OPT (as CoreDNS does)
     do: bool = False
     edns_version: int = 0
 
@@ -89,19 +90,31 @@ def parse_query(data: bytes) -> Query:
 
 
 def _skip_name(data: bytes, i: int) -> int:
+    """Offset just past the name at `i`, checking it whole: pointers go strictly backwards (so no loop)
+    and stay inside the message, labels are ordinary, the name is at most 255 bytes."""
     n = len(data)
+    end = 0
+    size = 0
     while True:
         if i >= n:
             raise Malformed("record name runs past the end")
         length = data[i]
         if length == 0:
-            return i + 1
+            return end or i + 1
         if length & 0xC0 == 0xC0:
             if i + 2 > n:
                 raise Malformed("truncated pointer")
-            return i + 2
+            target = ((length & 0x3F) << 8) | data[i + 1]
+            if target >= i:
+                raise Malformed("compression pointer that does not point backwards")
+            end = end or i + 2
+            i = target
+            continue
         if length > 63:
             raise Malformed("extended label type")
+        size += length + 1
+        if size > 254:
+            raise Malformed("record name longer than 255 bytes")
         i += length + 1
 
 
@@ -117,14 +130,27 @@ def _read_edns(q: Query, data: bytes, i: int, skip: int, ar: int) -> None:
         i += 10 + rdlen
         if i > n:
             raise Malformed("record data runs past the end")
-        if index >= skip and rtype == OPT:
-            if seen_opt or data[start] != 0:
-                raise Malformed("bad or repeated OPT record")
+        if rtype == OPT:
+            # RFC 6891 6.1.1: one OPT at most, in the additional section, owned by the root.
+            if seen_opt or index < skip or data[start] != 0:
+                raise Malformed("bad, misplaced or repeated OPT record")
+            _check_options(data, i - rdlen, i)
             seen_opt = True
             q.edns = True
             q.udp_size = max(MAX_UDP, rclass)
+            q.payload = rclass
             q.edns_version = (ttl >> 16) & 0xFF
             q.do = bool(ttl & 0x8000)
+
+
+def _check_options(data: bytes, i: int, end: int) -> None:
+    """Each EDNS option is code, length, data, and the last one ends exactly at the record's end."""
+    while i < end:
+        if i + 4 > end:
+            raise Malformed("truncated EDNS option")
+        i += 4 + U16.unpack_from(data, i + 2)[0]
+    if i != end:
+        raise Malformed("EDNS option runs past its record")
 
 
 # --------------------------------------------------------------------------- names
@@ -207,6 +233,9 @@ class Renderer:
         offsets = label_offsets(lname)
         self.suffixes = {rel[i:]: 12 + offsets[i] for i in range(len(rel))}
         self.suffixes[()] = self.zone_at
+        # SRV targets already written (lower-cased labels -> message offset): glue owners point
+        # there, as miekg/dns compresses them, so the same records fit a size limit as in CoreDNS.
+        self.targets: dict[tuple[str, ...], int] = {}
 
     def name(self, labels: tuple[str, ...]) -> bytes:
         """A name below the zone, compressed against the question."""
@@ -218,7 +247,11 @@ class Renderer:
         raise AssertionError("the zone suffix is always present")
 
     def record(self, rec: Record, out: bytearray, zone_slots: list[int]) -> None:
-        owner = pointer(12) if rec.owner is None else self.name(rec.owner)
+        if rec.owner is None:
+            owner = pointer(12)
+        else:
+            at = self.targets.get(tuple(label.lower() for label in rec.owner))
+            owner = pointer(at) if at is not None else self.name(rec.owner)
         rtype, data = rec.rtype, rec.data
         if rtype == A:
             ip = ipaddress.ip_address(data)
@@ -228,6 +261,9 @@ class Renderer:
         elif rtype == SRV:
             prio, weight, port, target = data
             spelled = encode_labels(target)
+            at = 12 + self.qlen + len(out) + len(owner) + 10 + 6  # message offset of the target
+            if at < 0x4000:
+                self.targets.setdefault(tuple(label.lower() for label in target), at)
             zone_slots.append(len(out) + len(owner) + 10 + 6 + len(spelled))
             rdata = SRV_FIXED.pack(prio, weight, port) + spelled + self.zone_lname
         elif rtype == TXT:
@@ -242,6 +278,8 @@ class Renderer:
         out += rdata
 
     def render(self, ans: Answer, soa_ttl: int = 0, soa_min: int = 0, serial: int = 0) -> Body:
+        ans = self.writable(ans)
+        self.targets = {}
         out = bytearray()
         ends: list[int] = []
         slots: list[int] = []
@@ -257,6 +295,31 @@ class Renderer:
     def soa(self, ttl: int, minimum: int, serial: int) -> bytes:
         return soa_record(self.zone_at, ttl, minimum, serial)
 
+    def writable(self, ans: Answer) -> Answer:
+        """`ans` without records whose owner or SRV target would be longer than 255 bytes.
+
+        Such a name cannot exist in DNS (every resolver rejects the whole reply),
+        yet four valid 63-byte labels (host, cluster, service, namespace) make
+        one. An answer left with no records becomes NODATA.
+        """
+        room = 255 - len(self.zone_lname)
+
+        def fits(rec: Record) -> bool:
+            if rec.owner is not None and _wire_len(rec.owner) > room:
+                return False
+            return rec.rtype != SRV or _wire_len(rec.data[3]) <= room
+
+        if all(fits(rec) for rec in ans.answer) and all(fits(rec) for rec in ans.additional):
+            return ans
+        answer = tuple(rec for rec in ans.answer if fits(rec))
+        if not answer and not ans.apex_soa:
+            return Answer(ans.rcode, soa=True)
+        return Answer(ans.rcode, answer, tuple(rec for rec in ans.additional if fits(rec)), ans.soa, ans.apex_soa)
+
+
+def _wire_len(labels: tuple[str, ...]) -> int:
+    return sum(len(label.encode()) + 1 for label in labels)
+
 
 def soa_record(zone_at: int, ttl: int, minimum: int, serial: int) -> bytes:
     """`Z <ttl> IN SOA ns.dns.Z. hostmaster.Z. serial 7200 1800 86400 minimum` (contract 3.2)."""
@@ -270,7 +333,7 @@ def soa_record(zone_at: int, ttl: int, minimum: int, serial: int) -> bytes:
 
 def opt_record(q: Query) -> bytes:
     """The reply's OPT: version 0, the client's UDP size, DO copied, no options (CoreDNS SizeAndDo)."""
-    return b"\x00" + RR_FIXED.pack(OPT, q.udp_size, 0x8000 if q.do else 0, 0)
+    return b"\x00" + RR_FIXED.pack(OPT, q.payload, 0x8000 if q.do else 0, 0)
 
 
 

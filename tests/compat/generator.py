@@ -1,0 +1,430 @@
+"""Cluster sets as API objects, and the questions to ask about them.
+
+`generate(seed)` builds a random but reproducible cluster set: several
+namespaces (one of them empty), ClusterSetIP imports with zero, one or two IPs
+and zero or more ports (named and unnamed, TCP/UDP/SCTP, repeated numbers),
+headless imports whose EndpointSlices come from several clusters, IPv4 and
+IPv6 slices, endpoints with and without hostnames, ready true/false/unset, a
+headless service too big for 512 bytes, and a namespace of objects on which
+mcsdns deliberately differs (docs/compatibility.md).
+
+`questions(dataset)` lists every name form of the contract for the objects
+(service, `_port._proto`, per-endpoint, cluster-only, namespace, svc, pod, apex,
+dns-version, ns.dns, too many labels, unknown names). `classify()` gives any
+name its form and the tags of the service it names; the decision list keys on
+those tags.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from .dnsclient import TCP, UDP, UDP_EDNS, Ask
+
+MCS = "multicluster.x-k8s.io"
+SERVICE_NAME = "multicluster.kubernetes.io/service-name"
+SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
+ZONE = "clusterset.local"
+
+QTYPES = ("A", "AAAA", "SRV", "TXT", "SOA", "NS", "ANY", "CNAME", "MX", "PTR", "HTTPS")
+PAYLOADS = (256, 512, 1232, 4096)  # 256: below the minimum, which CoreDNS still echoes
+# EDNS options sent now and then: NSID (empty), a client COOKIE, and an unassigned code.
+OPTIONS = ((3, b""), (10, bytes.fromhex("0123456789abcdef")), (65001, b"\x01"))
+
+# Tags on services whose answers differ on purpose (keys of decisions.py).
+CLUSTERLESS = "clusterless-slice"
+INVALID_IMPORT = "invalid-import"
+NON_IP_ADDRESS = "non-ip-address"
+
+
+@dataclass
+class Dataset:
+    """API objects plus what the question generator needs to know about them."""
+
+    name: str
+    objects: list[dict]
+    tags: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))  # (ns, svc)
+    missing_namespaces: list[str] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ views
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [o["metadata"]["name"] for o in self.of_kind("Namespace")]
+
+    def imports(self) -> list[dict]:
+        return self.of_kind("ServiceImport")
+
+    def slices_of(self, namespace: str, service: str) -> list[dict]:
+        return [s for s in self.of_kind("EndpointSlice")
+                if s["metadata"]["namespace"] == namespace
+                and (s["metadata"].get("labels") or {}).get(SERVICE_NAME) == service]
+
+    def cluster_ids(self) -> set[str]:
+        return {(s["metadata"].get("labels") or {}).get(SOURCE_CLUSTER, "") for s in self.of_kind("EndpointSlice")} - {""}
+
+
+def load_manifests(path: Path, name: str) -> Dataset:
+    """A dataset from a multi-document YAML file (the contract fixture)."""
+    objects = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return Dataset(name, objects, missing_namespaces=["nsnoexist", "pod-nons"])
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def service_import(ns: str, name: str, kind: str, ips: list[str] | None, ports: list[dict],
+                   families: list[str] | None = None, version: str = "v1beta1") -> dict:
+    spec: dict[str, Any] = {"type": kind, "ports": ports}
+    if ips is not None:
+        spec["ips"] = ips
+    if families:
+        spec["ipFamilies"] = families
+    return {"apiVersion": f"{MCS}/{version}", "kind": "ServiceImport",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+def endpoint_slice(ns: str, name: str, service: str, cluster: str | None, address_type: str,
+                   endpoints: list[dict], ports: list[dict] | None) -> dict:
+    labels = {SERVICE_NAME: service}
+    if cluster is not None:
+        labels[SOURCE_CLUSTER] = cluster
+    obj: dict[str, Any] = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                           "metadata": {"name": name, "namespace": ns, "labels": labels},
+                           "addressType": address_type, "endpoints": endpoints}
+    if ports is not None:
+        obj["ports"] = ports
+    return obj
+
+
+def endpoint(addresses: list[str], hostname: str | None = None, ready: bool | None = True,
+             serving: bool | None = None, terminating: bool | None = None) -> dict:
+    ep: dict[str, Any] = {"addresses": addresses}
+    conditions = {k: v for k, v in (("ready", ready), ("serving", serving), ("terminating", terminating))
+                  if v is not None}
+    if conditions:
+        ep["conditions"] = conditions
+    if hostname:
+        ep["hostname"] = hostname
+    return ep
+
+
+# --------------------------------------------------------------------------- the generator
+
+NS_WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+SVC_WORDS = ["web", "api", "db", "cache", "queue", "auth", "search", "mail", "proxy", "store",
+             "media", "feed", "stats", "log", "kv", "gw", "ui", "job"]
+CLUSTERS = ["east", "west", "Central-1", "eu.prod", "c9"]
+HOSTNAMES = ["web-0", "web-1", "db-0", "api", "dup", "x1"]
+PORT_NAMES = ["http", "https", "dns", "grpc", "metrics", "tcp", "udp", "a-b"]
+PROTOCOLS = ["TCP", "UDP", "SCTP"]
+PORT_NUMBERS = [42, 53, 80, 443, 8080]
+
+
+class _Addresses:
+    """Unique addresses per family; a few IPv6 ones end in `::` (the `-0` hostname rule)."""
+
+    def __init__(self) -> None:
+        self.v4 = 0
+        self.v6 = 0
+        self.vip4 = 0
+        self.vip6 = 0
+
+    def endpoint_v4(self) -> str:
+        self.v4 += 1
+        return str(ipaddress.IPv4Address("10.128.0.0") + self.v4)
+
+    def endpoint_v6(self, rng: random.Random) -> str:
+        self.v6 += 1
+        if rng.random() < 0.2:
+            return str(ipaddress.IPv6Address(f"fd00:{self.v6:x}:{self.v6:x}::"))
+        return str(ipaddress.IPv6Address("fd00:e::") + self.v6)
+
+    def vip_v4(self) -> str:
+        self.vip4 += 1
+        return str(ipaddress.IPv4Address("10.96.100.0") + self.vip4)
+
+    def vip_v6(self) -> str:
+        self.vip6 += 1
+        return str(ipaddress.IPv6Address("fd00:96::") + self.vip6)
+
+
+def _import_ports(rng: random.Random) -> list[dict]:
+    n = rng.choice([0, 1, 1, 2, 2, 3, 4])
+    ports: list[dict] = []
+    used: set[tuple[str, str]] = set()
+    while len(ports) < n:
+        name = rng.choice(PORT_NAMES + [""])
+        protocol = rng.choice(PROTOCOLS + ["TCP"])
+        if (name, protocol) in used:
+            continue
+        used.add((name, protocol))
+        port: dict[str, Any] = {"port": rng.choice(PORT_NUMBERS)}
+        if name:
+            port["name"] = name
+        if rng.random() < 0.9:
+            port["protocol"] = protocol
+        ports.append(port)
+    if n >= 2 and rng.random() < 0.5:  # the conformance shape: tcp/N and udp/N
+        number = rng.choice(PORT_NUMBERS)
+        ports[0]["port"] = ports[1]["port"] = number
+    return ports
+
+
+def _slice_ports(rng: random.Random) -> list[dict] | None:
+    n = rng.choice([0, 1, 1, 2, 3])
+    if n == 0:
+        return None if rng.random() < 0.5 else []
+    names = rng.sample(PORT_NAMES, n)
+    if rng.random() < 0.3:
+        names[0] = ""  # one unnamed port (names are unique within a slice)
+    ports = []
+    for name in names:
+        port: dict[str, Any] = {"protocol": rng.choice(PROTOCOLS)}
+        if rng.random() < 0.95:
+            port["port"] = rng.choice(PORT_NUMBERS)
+        if name:
+            port["name"] = name
+        ports.append(port)
+    return ports
+
+
+def _endpoints(rng: random.Random, addrs: _Addresses, v6: bool, n: int) -> list[dict]:
+    eps = []
+    for _ in range(n):
+        count = 2 if rng.random() < 0.1 else 1
+        addresses = [addrs.endpoint_v6(rng) if v6 else addrs.endpoint_v4() for _ in range(count)]
+        hostname = rng.choice(HOSTNAMES) if rng.random() < 0.5 else None
+        ready = rng.choice([True, True, True, False, None])
+        serving = terminating = None
+        if ready is False and rng.random() < 0.5:
+            serving, terminating = True, True
+        eps.append(endpoint(addresses, hostname, ready, serving, terminating))
+    return eps
+
+
+def generate(seed: int, prefix: str = "cx") -> Dataset:
+    """A random cluster set; the same seed always gives the same objects."""
+    rng = random.Random(seed)
+    addrs = _Addresses()
+    ds = Dataset(f"generated seed {seed}", [], missing_namespaces=[f"{prefix}-missing"])
+    namespaces = [f"{prefix}-{w}" for w in rng.sample(NS_WORDS, 4)]
+    empty = f"{prefix}-empty"
+    decisions = f"{prefix}-decisions"
+    for ns in namespaces + [empty, decisions]:
+        ds.objects.append(namespace(ns))
+
+    slices: list[dict] = []
+    for ns in namespaces:
+        for svc in rng.sample(SVC_WORDS, rng.randint(3, 6)):
+            headless = rng.random() < 0.45
+            if headless:
+                ds.objects.append(service_import(ns, svc, "Headless", None, _import_ports(rng),
+                                                 version=rng.choice(["v1alpha1", "v1beta1"])))
+                clusters = rng.sample(CLUSTERS, rng.choice([0, 1, 2, 2, 3]))
+            else:
+                families = rng.choice([[], ["IPv4"], ["IPv4"], ["IPv6"], ["IPv4", "IPv6"], ["IPv6", "IPv4"]])
+                ips = [addrs.vip_v4() if f == "IPv4" else addrs.vip_v6() for f in families]
+                ds.objects.append(service_import(ns, svc, "ClusterSetIP", ips if ips or rng.random() < 0.5 else None,
+                                                 _import_ports(rng), families,
+                                                 version=rng.choice(["v1alpha1", "v1beta1"])))
+                clusters = rng.sample(CLUSTERS, rng.choice([0, 0, 1, 2]))
+            for cid in clusters:
+                families = rng.choice([["IPv4"], ["IPv4"], ["IPv6"], ["IPv4", "IPv6"]])
+                for fam in families:
+                    v6 = fam == "IPv6"
+                    name = f"{svc}-{cid.lower().replace('.', '-')}-{fam.lower()}"
+                    slices.append(endpoint_slice(ns, name, svc, cid, fam,
+                                                 _endpoints(rng, addrs, v6, rng.choice([0, 1, 2, 3, 4])),
+                                                 _slice_ports(rng)))
+    ns0 = namespaces[0]
+    # Too big for 512 bytes (A) and for 4096 (SRV with glue): truncation.
+    ds.objects.append(service_import(ns0, "big", "Headless", None, []))
+    for cid in ("east", "west"):
+        eps = [endpoint([addrs.endpoint_v4()], f"big-{i}" if i % 3 else None) for i in range(35)]
+        slices.append(endpoint_slice(ns0, f"big-{cid}", "big", cid, "IPv4", eps,
+                                     [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    # A slice whose import does not exist, and one whose import lives in another namespace.
+    slices.append(endpoint_slice(ns0, "ghost-east", "ghost", "east", "IPv4",
+                                 [endpoint([addrs.endpoint_v4()], "g")], None))
+    other_svc = next(o["metadata"]["name"] for o in ds.imports() if o["metadata"]["namespace"] == namespaces[1])
+    if not any(o["metadata"]["name"] == other_svc for o in ds.imports() if o["metadata"]["namespace"] == ns0):
+        slices.append(endpoint_slice(ns0, f"{other_svc}-stray", other_svc, "east", "IPv4",
+                                     [endpoint([addrs.endpoint_v4()])], None))
+
+    # Deliberate differences (docs/compatibility.md), each on its own service.
+    d = decisions
+    ds.objects.append(service_import(d, "plain", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    ds.objects.append(service_import(d, "mixed", "Headless", None, []))
+    slices.append(endpoint_slice(d, "mixed-east", "mixed", "east", "IPv4",
+                                 [endpoint([addrs.endpoint_v4()], "m0")], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    slices.append(endpoint_slice(d, "mixed-nolabel", "mixed", None, "IPv4",
+                                 [endpoint([addrs.endpoint_v4()], "m1"), endpoint([addrs.endpoint_v4()])],
+                                 [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    ds.tags[(d, "mixed")].add(CLUSTERLESS)
+    ds.objects.append(service_import(d, "badip", "ClusterSetIP", ["not-an-ip"], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    ds.tags[(d, "badip")].add(INVALID_IMPORT)
+    ds.objects.append(service_import(d, "badproto", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "tcp"}]))
+    ds.tags[(d, "badproto")].add(INVALID_IMPORT)
+    ds.objects.append(service_import(d, "1st", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    ds.tags[(d, "1st")].add(INVALID_IMPORT)
+    ds.objects.append(service_import(d, "fqdn", "Headless", None, []))
+    slices.append(endpoint_slice(d, "fqdn-east", "fqdn", "east", "FQDN",
+                                 [endpoint(["db.example.com"], "f0")], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    slices.append(endpoint_slice(d, "fqdn-east-v4", "fqdn", "east", "IPv4",
+                                 [endpoint([addrs.endpoint_v4()], "f1")], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    ds.tags[(d, "fqdn")].add(NON_IP_ADDRESS)
+
+    ds.objects.extend(slices)
+    return ds
+
+
+# --------------------------------------------------------------------------- questions
+
+
+@dataclass(frozen=True)
+class Question:
+    """A name left of the zone (lower case, canonical) and one type; `ask()` spells and sends it."""
+
+    labels: tuple[str, ...]
+    qtype: str
+
+    def qname(self, rng: random.Random | None = None) -> str:
+        text = ".".join(self.labels + (ZONE,)) + "."
+        return random_case(text, rng) if rng else text
+
+
+def random_case(text: str, rng: random.Random) -> str:
+    return "".join(c.upper() if c.isalpha() and rng.random() < 0.5 else c for c in text)
+
+
+def _port_prefixes(ports: Iterable[dict]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for p in ports:
+        name = (p.get("name") or "").lower()
+        proto = (p.get("protocol") or "").lower()
+        if name:
+            out.append((f"_{name}", f"_{proto}" if proto else "_tcp"))
+            out.append((f"_{name}", "_udp" if proto != "udp" else "_sctp"))  # wrong protocol
+        if proto:
+            out.append(("_", f"_{proto}"))  # empty port name: a wildcard in CoreDNS
+    return out
+
+
+def names(ds: Dataset, extra_namespaces: Iterable[str] = ()) -> list[tuple[str, ...]]:
+    """Every name form for the dataset's objects (labels left of the zone, lower case)."""
+    out: list[tuple[str, ...]] = [
+        (), ("svc",), ("pod",), ("dns-version",), ("ns", "dns"), ("foo",), ("dns",), ("apex", "dns"),
+        ("*", "svc"), ("a", "b", "c", "d", "e", "f", "svc"),
+    ]
+    for ns in list(ds.namespaces) + list(ds.missing_namespaces) + list(extra_namespaces):
+        out += [(ns, "svc"), ("nosuch", ns, "svc"), ("*", ns, "svc"), ("1-2-3-4", ns, "pod"), (ns, "pod")]
+    clusters = sorted(c.lower() for c in ds.cluster_ids())
+    for imp in ds.imports():
+        ns, svc = imp["metadata"]["namespace"], imp["metadata"]["name"]
+        base = (svc, ns, "svc")
+        out += [base, (svc, ns, "pod"), ("dns-version",) + base]
+        ports = list(imp["spec"].get("ports") or [])
+        slices = ds.slices_of(ns, svc)
+        for sl in slices:
+            ports += sl.get("ports") or []
+        prefixes = sorted(set(_port_prefixes(ports)))
+        out += [p + base for p in prefixes]
+        out += [("_nosuch", "_tcp") + base, ("http", "_tcp") + base, ("_http", "tcp") + base]
+        seen_cids: set[str] = set()
+        for sl in slices:
+            cid = (sl["metadata"].get("labels") or {}).get(SOURCE_CLUSTER)
+            for ep in sl.get("endpoints") or []:
+                for addr in ep.get("addresses") or []:
+                    host = ep.get("hostname") or _dashed(addr)
+                    if cid:
+                        out.append((host.lower(),) + tuple(cid.lower().split(".")) + base)
+                    out.append((host.lower(),) + base)  # no cluster id: NXDOMAIN (decision 4 aside)
+            if cid:
+                seen_cids.add(cid.lower())
+        for cid in sorted(seen_cids):
+            if "." not in cid:
+                out += [(cid,) + base, ("nosuch", cid) + base]
+        if clusters and not imp["spec"]["type"] == "Headless":
+            out.append(("x", clusters[0]) + base)
+        out.append(("a", "b", "c") + base)
+    # Dedupe, keep order; drop names that do not fit in 255 bytes.
+    seen: set[tuple[str, ...]] = set()
+    result = []
+    for labels in out:
+        if labels not in seen and len(".".join(labels)) + len(ZONE) < 250 and all(0 < len(x) < 64 for x in labels):
+            seen.add(labels)
+            result.append(labels)
+    return result
+
+
+def _dashed(ip: str) -> str:
+    if "." in ip:
+        return ip.replace(".", "-")
+    dashed = ip.replace(":", "-")
+    return dashed + "0" if dashed.endswith("-") else dashed
+
+
+def asks(label_sets: Iterable[tuple[str, ...]], seed: int, *, qtypes: Iterable[str] = QTYPES,
+         transports: Iterable[str] = (UDP_EDNS, UDP, TCP)) -> list[tuple[tuple[str, ...], Ask]]:
+    """The cross product names x types x transports, each spelled in its own random case."""
+    rng = random.Random(seed)
+    out = []
+    for labels in label_sets:
+        for qtype in qtypes:
+            for transport in transports:
+                payload = rng.choice(PAYLOADS) if transport == UDP_EDNS else (1232 if transport == TCP and rng.random() < 0.5 else 0)
+                do = bool(payload) and rng.random() < 0.3
+                options = tuple(o for o in OPTIONS if payload and rng.random() < 0.02)
+                out.append((labels, Ask(Question(labels, qtype).qname(rng), qtype, transport, payload, do, options)))
+    return out
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def classify(labels: tuple[str, ...], ds: Dataset | None = None) -> tuple[str, frozenset[str]]:
+    """(form, tags) of a name left of the zone: the report's categories, the decisions' keys."""
+    labels = tuple(x.lower() for x in labels)
+    n = len(labels)
+    tags: set[str] = set()
+    if n >= 3 and labels[-1] == "svc" and ds is not None:
+        tags = set(ds.tags.get((labels[-2], labels[-3]), ()))
+    if n == 0:
+        form = "apex"
+    elif labels == ("dns-version",):
+        form = "dns-version"
+    elif labels == ("ns", "dns"):
+        form = "ns.dns"
+    elif labels in (("svc",), ("pod",)):
+        form = labels[0]
+    elif labels[-1] == "pod":
+        form = "pod-name"
+    elif labels[-1] != "svc":
+        form = "unknown"
+    elif n == 2:
+        form = "namespace"
+    elif n == 3:
+        form = "service"
+    elif n == 4:
+        clusters = {c.lower() for c in ds.cluster_ids()} if ds else set()
+        form = "cluster-only" if labels[0] in clusters else "endpoint-no-cluster"
+    elif n == 5:
+        form = "port-proto" if labels[0].startswith("_") or labels[1].startswith("_") else "endpoint"
+    else:
+        form = "too-many-labels"
+    return form, frozenset(tags)
