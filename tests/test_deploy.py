@@ -556,7 +556,8 @@ def user_bound_to_deploy_role(testbed: Testbed, base: dict) -> Iterator[Path]:
 def test_server_runs_as_deployed_with_the_cluster_role(
     testbed: Testbed, base: dict, user_bound_to_deploy_role: Path, fresh_namespace: str, tmp_path: Path,
 ) -> None:
-    from kube_server import McsDns, a, endpoint_slice, ensure_crd, fqdn, free_port, service_import
+    from kube_server import McsDns, a, endpoint_slice, ensure_crd, fqdn, service_import
+    from serverproc import free_port
 
     coredns_bin = cached_binary("coredns")
     ensure_crd(testbed)
@@ -596,7 +597,7 @@ def test_server_runs_as_deployed_with_the_cluster_role(
     coredns = Process("coredns", [str(coredns_bin), "-conf", str(corefile)], tmp_path / "coredns.log")
 
     with server:
-        server.wait_ready()
+        server.wait_until_ready()
         assert server.ready() == (200, "OK")
         assert server.answer(fqdn("web", ns)) == a("10.9.0.1")
         assert "Kubernetes API" in server.log() and "forbidden" not in server.log()
