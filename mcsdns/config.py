@@ -36,6 +36,10 @@ class Config:
     ttl: int = 5  # CoreDNS `ttl` default
     namespaces: frozenset[str] | None = None  # None: every namespace that exists
     ns_addresses: tuple[str, ...] = ()  # empty: the pod IP (POD_IP) or the listen addresses
+    # DNS over TCP (RFC 7766). A connection costs a socket and a little memory; these bound both.
+    max_tcp_connections: int = 1000  # open at once; beyond it a new connection is closed at once
+    tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout); also bounds a stalled reader
+    tcp_max_queries: int = 0  # per connection, then it is closed after the replies; 0 = no limit
 
     # Admin HTTP: /health, /ready, /metrics on one listener (CoreDNS's metrics port).
     http_listen: tuple[str, int] | None = ("127.0.0.1", 9153)
@@ -76,6 +80,12 @@ class Config:
             raise ConfigError(f"--policy must be random, round_robin or sequential: {self.upstream_policy!r}")
         if not 1 <= self.max_concurrent <= 1_000_000:
             raise ConfigError(f"--max-concurrent must be in range [1, 1000000]: {self.max_concurrent}")
+        if not 1 <= self.max_tcp_connections <= 1_000_000:
+            raise ConfigError(f"--max-tcp-connections must be in range [1, 1000000]: {self.max_tcp_connections}")
+        if not 0 < self.tcp_idle_timeout <= 3600:
+            raise ConfigError(f"--tcp-idle-timeout must be in range (0, 3600] seconds: {self.tcp_idle_timeout}")
+        if not 0 <= self.tcp_max_queries <= 1_000_000_000:
+            raise ConfigError(f"--tcp-max-queries must be in range [0, 1000000000] (0: no limit): {self.tcp_max_queries}")
         if not 1 <= self.workers <= 64:
             raise ConfigError(f"--workers must be in range [1, 64]: {self.workers}")
         if self.kubeconfig is not None and not self.kubeconfig.is_file():

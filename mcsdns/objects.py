@@ -38,6 +38,14 @@ _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 _PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
+# The API server's own limits (EndpointSlice validation; the ServiceImport CRD's maxItems). Objects
+# from the API never exceed them; manifests might (a YAML alias can repeat a list 1000 times in a
+# few bytes), and an object beyond them is rejected before anything is built from it.
+MAX_ENDPOINTS = 1000
+MAX_ADDRESSES = 100  # per endpoint
+MAX_SLICE_PORTS = 20000
+MAX_IMPORT_IPS = 2  # one per family
+
 
 class InvalidObject(ValueError):
     """An object DNS cannot represent; its message says which field and why."""
@@ -105,17 +113,22 @@ Object = ServiceImport | EndpointSlice | Namespace
 # --------------------------------------------------------------------------- helpers
 
 
-def _field(obj: dict, *path: str, kind: type | tuple[type, ...] = dict, default: Any = None) -> Any:
+def _field(obj: dict, *path: str, kind: type | tuple[type, ...] = dict, default: Any = None, at: str = "") -> Any:
+    """obj[path...] checked against `kind`; `at` is where `obj` sits, so messages name the full path."""
     cur: Any = obj
     for key in path:
         if not isinstance(cur, dict):
-            raise InvalidObject(f"{'.'.join(path)}: parent is not an object")
+            raise InvalidObject(f"{_where(at, path)}: parent is not an object")
         cur = cur.get(key)
         if cur is None:
             return default
     if not isinstance(cur, kind):
-        raise InvalidObject(f"{'.'.join(path)}: expected {_kind_name(kind)}, got {type(cur).__name__}")
+        raise InvalidObject(f"{_where(at, path)}: expected {_kind_name(kind)}, got {type(cur).__name__}")
     return cur
+
+
+def _where(at: str, path: tuple[str, ...]) -> str:
+    return ".".join((at, *path) if at else path)
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -126,12 +139,12 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 def _metadata(obj: dict, name_pattern: re.Pattern[str], namespaced: bool = True) -> tuple[str, str]:
     meta = _field(obj, "metadata", default={})
-    name = _field(meta, "name", kind=str, default="")
+    name = _field(meta, "name", kind=str, default="", at="metadata")
     if not name_pattern.match(name):
         raise InvalidObject(f"metadata.name {name!r} is not a valid DNS label")
     if not namespaced:
         return "", name
-    namespace = _field(meta, "namespace", kind=str, default="")
+    namespace = _field(meta, "namespace", kind=str, default="", at="metadata")
     if not _DNS_LABEL.match(namespace):
         raise InvalidObject(f"metadata.namespace {namespace!r} is not a valid DNS label")
     return namespace, name
@@ -147,6 +160,13 @@ def object_ref(obj: Any) -> str:
     return f"{obj.get('kind', '?')} {ref}"
 
 
+def _list(obj: dict, *path: str, limit: int, at: str = "") -> list:
+    items = _field(obj, *path, kind=list, default=[], at=at)
+    if len(items) > limit:
+        raise InvalidObject(f"{_where(at, path)}: {len(items)} items, more than the API allows ({limit})")
+    return items
+
+
 def _port(item: Any, where: str, *, required: bool) -> Port:
     if not isinstance(item, dict):
         raise InvalidObject(f"{where}: expected object")
@@ -155,17 +175,23 @@ def _port(item: Any, where: str, *, required: bool) -> Port:
         number = -1
     elif isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
         raise InvalidObject(f"{where}.port: {number!r} is not a port number (1..65535)")
-    name = _field(item, "name", kind=str, default="")
+    name = _field(item, "name", kind=str, default="", at=where)
     if name and not _PORT_NAME.match(name):
         raise InvalidObject(f"{where}.name: {name!r} is not a valid port name")
-    protocol = _field(item, "protocol", kind=str, default="")
+    protocol = _field(item, "protocol", kind=str, default="", at=where)
     if protocol not in ("", "TCP", "UDP", "SCTP"):
         raise InvalidObject(f"{where}.protocol: {protocol!r} is not TCP, UDP or SCTP")
     return Port(number, name, protocol)
 
 
 def parse_ip(text: str) -> tuple[str, bool] | None:
-    """(address as written, is_v6) or None; IPv4-mapped IPv6 counts as IPv4 (as CoreDNS)."""
+    """(address as written, is_v6) or None; IPv4-mapped IPv6 counts as IPv4 (as CoreDNS).
+
+    A zone index (`fe80::1%eth0`) is not an address Go's net.ParseIP (so the API
+    and CoreDNS) accepts, and it would leak into host names: not an IP here either.
+    """
+    if "%" in text:
+        return None
     try:
         ip = ipaddress.ip_address(text)
     except ValueError:
@@ -196,17 +222,17 @@ def to_service_import(obj: dict) -> ServiceImport:
     """Strip a ServiceImport (v1alpha1 or v1beta1: identical schemas) to its DNS fields."""
     namespace, name = _metadata(obj, _DNS1035_LABEL)
     spec = _field(obj, "spec", default={})
-    kind = _field(spec, "type", kind=str, default="")
+    kind = _field(spec, "type", kind=str, default="", at="spec")
     if kind not in (HEADLESS, CLUSTER_SET_IP):
         raise InvalidObject(f"spec.type: {kind!r} is not ClusterSetIP or Headless")
     ips: list[str] = []
-    for i, text in enumerate(_field(spec, "ips", kind=list, default=[])):
+    for i, text in enumerate(_list(spec, "ips", limit=MAX_IMPORT_IPS, at="spec")):
         if not isinstance(text, str) or parse_ip(text) is None:
             raise InvalidObject(f"spec.ips[{i}]: {text!r} is not an IP address")
         ips.append(text)
     ports = tuple(
         _port(item, f"spec.ports[{i}]", required=True)
-        for i, item in enumerate(_field(spec, "ports", kind=list, default=[]))
+        for i, item in enumerate(_field(spec, "ports", kind=list, default=[], at="spec"))
     )
     return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports)
 
@@ -228,23 +254,31 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
         raise InvalidObject(f"label {LABEL_SOURCE_CLUSTER}={cluster!r} is not a valid cluster id")
     addresses: list[Address] = []
     ref = f"EndpointSlice {namespace}/{name}"
-    for i, ep in enumerate(_field(obj, "endpoints", kind=list, default=[])):
+    not_ips, first_bad = 0, ""
+    for i, ep in enumerate(_list(obj, "endpoints", limit=MAX_ENDPOINTS)):
         where = f"endpoints[{i}]"
         if not isinstance(ep, dict):
             raise InvalidObject(f"{where}: expected object")
-        ready = _field(ep, "conditions", "ready", kind=bool, default=True)
-        hostname = _field(ep, "hostname", kind=str, default="")
+        ready = _field(ep, "conditions", "ready", kind=bool, default=True, at=where)
+        hostname = _field(ep, "hostname", kind=str, default="", at=where)
         if hostname and not _DNS_LABEL.match(hostname):
             raise InvalidObject(f"{where}.hostname: {hostname!r} is not a valid DNS label")
-        for j, text in enumerate(_field(ep, "addresses", kind=list, default=[])):
+        addresses_raw = _field(ep, "addresses", kind=list, default=[], at=where)
+        if len(addresses_raw) > MAX_ADDRESSES:
+            raise InvalidObject(f"{where}.addresses: {len(addresses_raw)} items, more than the API allows ({MAX_ADDRESSES})")
+        for j, text in enumerate(addresses_raw):
             parsed = parse_ip(text) if isinstance(text, str) else None
             if parsed is None:
-                log.warning("%s: %s.addresses[%d] %r is not an IP address; ignored", ref, where, j, text)
+                if not_ips == 0:
+                    first_bad = f"{where}.addresses[{j}] {text!r:.80}"
+                not_ips += 1
                 continue
             if ready:
                 ip, v6 = parsed
                 addresses.append(Address(ip, v6, endpoint_hostname(hostname, ip)))
-    raw_ports = _field(obj, "ports", kind=list, default=[])
+    if not_ips:  # one line per slice, not per address: a slice may hold 100k of them
+        log.warning("%s: %d address(es) are not IP addresses and are ignored (first: %s)", ref, not_ips, first_bad)
+    raw_ports = _list(obj, "ports", limit=MAX_SLICE_PORTS)
     ports = tuple(_port(item, f"ports[{i}]", required=False) for i, item in enumerate(raw_ports)) or NO_PORTS
     annotations = _field(obj, "metadata", "annotations", default={})
     trigger = annotations.get(ANNOTATION_TRIGGER_TIME)
@@ -277,10 +311,10 @@ API_VERSIONS = {
 def convert(obj: Any) -> Object:
     """Any supported object as served by the API -> its DNS record; InvalidObject otherwise."""
     if not isinstance(obj, dict):
-        raise InvalidObject(f"expected an object, got {type(obj).__name__}")
+        raise InvalidObject(f"object: expected a mapping, got {type(obj).__name__}")
     kind = obj.get("kind")
-    if kind not in KINDS:
-        raise InvalidObject(f"unsupported kind {kind!r}")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise InvalidObject(f"kind: {kind!r} is not a supported kind")
     if obj.get("apiVersion") not in API_VERSIONS[kind]:
-        raise InvalidObject(f"unsupported apiVersion {obj.get('apiVersion')!r} for {kind}")
+        raise InvalidObject(f"apiVersion: {obj.get('apiVersion')!r} is not a supported version of {kind}")
     return KINDS[kind](obj)

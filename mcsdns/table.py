@@ -122,15 +122,22 @@ class Table:
         if svc is None or not self.namespace_exposed(key[0]):
             return
         keys: list[bytes] = []
-        for labels, qtype, ans in zone.compile_service(svc, self, self.ttl, self.config.ns_addresses):
-            if ans.nxdomain:
-                continue  # negative answers depend on sync state: decided per query
+        for labels in zone.service_names(svc):
+            if len(labels) > 3 and not labels[0].startswith("_"):
+                # Per-endpoint names (10 per service and more, rarely asked for a ClusterSetIP service)
+                # are compiled on their first query (Resolver -> remember): that keeps the table, and
+                # so memory and compile time per change, proportional to services, not endpoints.
+                continue
             rel = encode_labels(labels)
-            for zwire in self.zones:
-                lname = rel + zwire
-                k = lname + QTYPE_IN[qtype]
-                self.answers[k] = self.render(lname, len(zwire), ans)
-                keys.append(k)
+            for qtype in zone.COMPILED_TYPES:
+                ans = zone.answer(labels, qtype, self, self.ttl, self.config.ns_addresses)
+                if ans.nxdomain:
+                    continue  # negative answers depend on sync state: decided per query
+                for zwire in self.zones:
+                    lname = rel + zwire
+                    k = lname + QTYPE_IN[qtype]
+                    self.answers[k] = self.render(lname, len(zwire), ans)
+                    keys.append(k)
         self.owned[key] = keys
 
     def remember(self, key: ServiceKey, k: bytes, body: Body) -> None:

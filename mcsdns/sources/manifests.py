@@ -13,6 +13,7 @@ number and reason.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ class FileState:
     objects: list[Object] = field(default_factory=list)  # last good objects
     invalid: set[tuple[str, str, str]] = field(default_factory=set)  # (kind, ns, name) rejected this time
     errors: int = 0
+    loaded: bool = False  # read and parsed at least once
+    problem: str = ""  # why the last read failed, for /ready until the first good read
 
 
 def bundled_examples() -> Path:
@@ -71,7 +74,14 @@ def read_documents(path: Path) -> Iterator[tuple[str, Any]]:
     Raises OSError or yaml.YAMLError for the whole file.
     """
     text = path.read_text(encoding="utf-8")
-    docs = list(yaml.load_all(text, Loader=_Loader))
+    docs = None
+    if path.suffix == ".json":  # the json module reads JSON ~20x faster, in a fraction of the memory
+        try:
+            docs = [json.loads(text)]
+        except ValueError:
+            docs = None  # not strict JSON: YAML (a superset) reads it or reports the error
+    if docs is None:
+        docs = list(yaml.load_all(text, Loader=_Loader))
     for i, doc in enumerate(docs, 1):
         if doc is None:
             continue
@@ -102,6 +112,10 @@ class ManifestSource:
         self.store = store
         self.files: dict[Path, FileState] = {}
         self.on_error = on_error or (lambda reason: None)  # metrics hook: rejected objects by reason
+        # Synced once every file has been read: until then /ready is 503 naming the file, and NXDOMAIN is
+        # SERVFAIL (decision 10), rather than a ready server with an empty zone. Once synced, a bad edit
+        # only keeps the last good objects: every replica reads the same files, none may turn unready.
+        self._synced_once = False
 
     def load(self) -> None:
         """Read every file whose stamp changed and publish the union to the store."""
@@ -136,18 +150,20 @@ class ManifestSource:
         except (OSError, UnicodeDecodeError) as exc:
             log.error("%s: cannot read (%s); keeping its last good objects", path, getattr(exc, "strerror", None) or exc)
             self.on_error("unreadable_file")
+            state.problem = f"cannot read ({getattr(exc, 'strerror', None) or exc})"
             return False
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
             log.error("%s: invalid YAML/JSON%s: %s; keeping its last good objects", path, where, _one_line(exc))
             self.on_error("invalid_yaml")
+            state.problem = f"invalid YAML/JSON{where}"
             return False
         objects: list[Object] = []
         invalid: set[tuple[str, str, str]] = set()
         for position, raw in docs:
             kind = raw.get("kind") if isinstance(raw, dict) else None
-            if kind not in KINDS:
+            if not isinstance(kind, str) or kind not in KINDS:
                 log.info("%s %s: skipping %s (mcsdns reads ServiceImport, EndpointSlice, Namespace)", path, position, object_ref(raw))
                 continue
             try:
@@ -159,6 +175,7 @@ class ManifestSource:
                 if oid is not None:
                     invalid.add(oid)
         state.objects, state.invalid = objects, invalid
+        state.loaded, state.problem = True, ""
         log.info("%s: loaded %d objects (%d rejected)", path, len(objects), len(invalid))
         return True
 
@@ -177,10 +194,18 @@ class ManifestSource:
                 if ns:
                     namespaces.add(ns)
         by_kind["Namespace"] = [Namespace(n) for n in sorted(namespaces)]
+        complete = self._synced_once or all(state.loaded for state in self.files.values())
         # Namespaces first so services appear exposed; imports before slices, like a sync.
         for kind in ("Namespace", "ServiceImport", "EndpointSlice"):
             self.store.replace(kind, by_kind[kind], keep[kind])
-            self.store.mark_synced(kind)
+            if complete:
+                self.store.mark_synced(kind)
+        self._synced_once = complete
+
+    def status(self) -> str:
+        """Why the source is not synced (for /ready): the files never read successfully."""
+        broken = [f"{path}: {state.problem or 'not read yet'}" for path, state in self.files.items() if not state.loaded]
+        return "manifests not loaded: " + "; ".join(broken) if broken else "manifests not loaded yet"
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll the files until `stop` is set."""

@@ -1,0 +1,106 @@
+"""`python -m benchmarks run [options]`: measure and write benchmarks/results/.
+
+`python -m benchmarks report DIR` re-renders DIR/results.json (tables, CSV, plots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import report, suite
+from .queries import MIXES
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run the measurements and write the report",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report directory")
+    r.add_argument("--smoke", action="store_true", help="seconds-long run: every peer starts, every mix runs (CI)")
+    r.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the throughput data set")
+    r.add_argument("--servers", type=_names, default=suite.SERVERS, help="servers to measure")
+    r.add_argument("--variants", type=_names, default=(), help="extra servers: mcsdns-wN (N workers, unpinned), coredns-cacheN (CoreDNS with `cache N`)")
+    r.add_argument("--mixes", type=_names, default=MIXES, help="query mixes")
+    r.add_argument("--probe-seconds", type=float, default=2.0)
+    r.add_argument("--step-seconds", type=float, default=4.0, help="length of each rate step")
+    r.add_argument("--steps", type=int, default=5, help="rate steps per server and mix")
+    r.add_argument("--latency-seconds", type=float, default=6.0)
+    r.add_argument("--sizes", type=_ints, default=(1000, 10000, 50000), help="imports per scale step")
+    r.add_argument("--scale-headless", type=_ints, default=(10, 100, 1000), help="headless services (endpoints each) at every scale step")
+    r.add_argument("--changes", type=int, default=200, help="writes timed for propagation")
+    r.add_argument("--workers", type=int, default=1, help="mcsdns --workers in the main runs")
+    r.add_argument("--server-cpu", default="1", help="CPU list the servers are pinned to ('' = no pinning)")
+    r.add_argument("--load-cpu", default="0", help="CPU list dnsperf is pinned to ('' = no pinning)")
+    r.add_argument("--retries", type=int, default=2,
+                   help="re-measure a server x mix this often when other processes took >5%% of the server's CPU")
+    r.add_argument("--quiet-wait", type=float, default=30.0,
+                   help="seconds to wait, before each measurement, for the server's CPU to be idle")
+    r.add_argument("--skip-throughput", action="store_true")
+    r.add_argument("--skip-scale", action="store_true")
+    r.add_argument("--skip-propagation", action="store_true")
+    r.add_argument("--keep-workdir", action="store_true", help="keep generated files and server logs")
+    r.add_argument("--merge", type=Path, default=None, metavar="DIR",
+                   help="take the sections this run skipped (throughput, scale, propagation) from DIR/results.json")
+    p = sub.add_parser("report", help="re-render a results directory from its results.json")
+    p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+
+    if args.command == "report":
+        results = json.loads((args.dir / "results.json").read_text())
+        for path in report.render(results, args.dir):
+            print(path)
+        return 0
+
+    common = dict(
+        servers=args.servers, extra_variants=args.variants, mixes=args.mixes, workers=args.workers,
+        server_cpu=args.server_cpu or None, load_cpu=args.load_cpu or None, skip_throughput=args.skip_throughput,
+        skip_scale=args.skip_scale, skip_propagation=args.skip_propagation, keep_workdir=args.keep_workdir,
+    )
+    if not args.smoke:
+        common.update(retries=args.retries, quiet_wait=args.quiet_wait)
+    import os
+
+    if (os.cpu_count() or 1) < 2:
+        common["server_cpu"] = common["load_cpu"] = None  # nothing to separate
+    if args.smoke:
+        opts = suite.Options.smoke_options(args.out, **common)
+    else:
+        opts = suite.Options(
+            out=args.out, imports=args.imports, probe_seconds=args.probe_seconds, step_seconds=args.step_seconds,
+            steps=args.steps, latency_seconds=args.latency_seconds, sizes=args.sizes,
+            scale_headless=args.scale_headless, changes=args.changes, **common,
+        )
+    results = suite.run(opts)
+    if args.merge is not None:
+        old = json.loads((args.merge / "results.json").read_text())
+        merged = []
+        for section, skipped in (("throughput", args.skip_throughput), ("scale", args.skip_scale),
+                                 ("propagation", args.skip_propagation)):
+            if skipped and old.get(section):
+                results[section] = old[section]
+                merged.append(section)
+        if "throughput" in merged:
+            results["servers"] = old.get("servers", {})
+        results["environment"]["merged"] = {"from": old.get("environment", {}).get("date"), "sections": merged,
+                                            "command": old.get("environment", {}).get("command")}
+    for path in report.render(results, args.out):
+        print(path)
+    return 1 if results.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

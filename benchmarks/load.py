@@ -1,0 +1,208 @@
+"""dnsperf runs, the search for the maximum sustained rate, and latency percentiles.
+
+Method (docs/performance.md explains why):
+
+1. A closed-loop probe (no rate limit, bounded outstanding queries) gives a
+   rough capacity C.
+2. Rate steps with `dnsperf -Q R`: a step passes when under 0.1% of the sent
+   queries were lost (no answer within the timeout) and the achieved rate is
+   at least 97% of R (dnsperf could not send faster because too many queries
+   were outstanding: the server was not keeping up). The search starts at
+   0.9 C, bisects between the best pass and the lowest failure, and reports
+   the achieved rate of the best passing step, with the server's CPU seconds
+   during that step.
+3. Latency: one more run at 50% of that rate with `dnsperf -v`, which prints
+   every query's latency; p50/p99/p99.9 are computed from those samples.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+LOSS_LIMIT = 0.001  # a passing step loses under 0.1% of its queries
+ACHIEVED = 0.97  # ... and sends at least 97% of the asked rate
+
+
+@dataclass
+class Run:
+    rate: float | None  # asked rate (-Q), None = closed loop
+    sent: int = 0
+    completed: int = 0
+    lost: int = 0
+    qps: float = 0.0
+    seconds: float = 0.0
+    rcodes: dict[str, int] = field(default_factory=dict)
+    latencies: list[float] | None = None  # seconds, per completed query (verbose runs)
+    cpu: float = 0.0  # server CPU seconds during the run
+
+    @property
+    def loss(self) -> float:
+        return self.lost / self.sent if self.sent else 1.0
+
+    @property
+    def passed(self) -> bool:
+        return self.sent > 0 and self.loss < LOSS_LIMIT and (self.rate is None or self.qps >= ACHIEVED * self.rate)
+
+    @property
+    def cpu_per_100k(self) -> float | None:
+        return self.cpu / self.completed * 1e5 if self.completed else None
+
+
+_NUM = r"([0-9.]+)"
+
+
+def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None, clients: int = 8,
+            outstanding: int = 500, verbose: bool = False, timeout: float = 1.0, cpu: str | None = None,
+            edns: bool = True, meter: Callable[[], float] | None = None) -> Run:
+    """One dnsperf run against 127.0.0.1:`port`; `meter` reads the server's CPU seconds."""
+    argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", str(qfile), "-l", f"{seconds:g}",
+            "-c", str(clients), "-q", str(outstanding), "-t", f"{timeout:g}", "-O", "suppress=timeout,unexpected"]
+    if edns:
+        argv.append("-e")
+    if rate is not None:
+        argv += ["-Q", str(max(1, int(rate)))]
+    if verbose:
+        argv.append("-v")
+    if cpu is not None and shutil.which("taskset"):
+        argv = ["taskset", "-c", cpu, *argv]
+    before = meter() if meter else 0.0
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + timeout + 30)
+    except subprocess.TimeoutExpired:  # seen once under heavy machine load: count as a failed step
+        return Run(rate=rate, latencies=[] if verbose else None)
+    after = meter() if meter else 0.0
+    out = proc.stdout
+    if proc.returncode != 0 and "Queries sent" not in out:
+        raise RuntimeError(f"dnsperf failed ({proc.returncode}): {proc.stderr.strip() or out[-500:]}")
+    run = Run(rate=rate, cpu=after - before)
+    run.sent = int(_grab(r"Queries sent:\s+(\d+)", out))
+    run.completed = int(_grab(r"Queries completed:\s+(\d+)", out))
+    run.lost = int(_grab(r"Queries lost:\s+(\d+)", out))
+    run.qps = _grab(r"Queries per second:\s+" + _NUM, out)
+    run.seconds = _grab(r"Run time \(s\):\s+" + _NUM, out)
+    m = re.search(r"Response codes:\s+(.*)", out)
+    if m:
+        for code, n in re.findall(r"([A-Z]+) (\d+) \(", m.group(1)):
+            run.rcodes[code] = int(n)
+    if verbose:
+        lat = []
+        for line in out.splitlines():
+            if line.startswith("> ") and not line.startswith("> T "):
+                try:
+                    lat.append(float(line.rsplit(" ", 1)[1]))
+                except ValueError:
+                    pass
+        run.latencies = lat
+    return run
+
+
+def _grab(pattern: str, text: str) -> float:
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else 0.0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..1)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass
+class Capacity:
+    """The outcome of one server x mix measurement."""
+
+    max_qps: float = 0.0  # achieved rate of the best passing step
+    probe_qps: float = 0.0  # closed-loop rate (for reference)
+    cpu_per_100k: float | None = None  # server CPU seconds per 100k queries at max_qps
+    p50: float | None = None  # seconds, at 50% of max_qps
+    p99: float | None = None
+    p999: float | None = None
+    latency_loss: float | None = None
+    rcodes: dict[str, int] = field(default_factory=dict)  # from the latency run
+    steps: list[tuple[float, float, float, bool]] = field(default_factory=list)  # (asked, achieved, loss, passed)
+    error: str | None = None
+    # CPU time other processes took on the server's CPUs during the measurement, as a fraction of its
+    # wall time: a figure measured with more than a few percent of it is noisy and should be re-run.
+    interference: float | None = None
+    attempts: int = 1  # measurements made (the least disturbed one is kept)
+    waited_for_quiet: float = 0.0  # seconds waited for the server's CPU to be idle first
+
+
+def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
+            step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
+            server_cpus: str | None = None) -> Capacity:
+    """Max sustained rate, CPU per 100k and latency at half of it (module docstring), with an interference check."""
+    from . import procstat
+    import time
+
+    cores = procstat.cpu_list(server_cpus) if server_cpus else None
+    wall0, busy0, own0 = time.monotonic(), procstat.busy_seconds(cores) if cores else 0.0, meter()
+    cap = _measure(port, qfile, meter=meter, cpu=cpu, probe_seconds=probe_seconds, step_seconds=step_seconds,
+                   steps=steps, latency_seconds=latency_seconds, timeout=timeout)
+    if cores:
+        foreign = (procstat.busy_seconds(cores) - busy0) - (meter() - own0)
+        cap.interference = round(max(0.0, foreign) / max(time.monotonic() - wall0, 1e-9) / len(cores), 4)
+    return cap
+
+
+def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
+             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0) -> Capacity:
+    cap = Capacity()
+    if steps == 0:  # smoke: one verbose run at a modest fixed rate proves the path works, measures nothing
+        run = dnsperf(port, qfile, seconds=step_seconds, rate=2000, outstanding=200, verbose=True, cpu=cpu,
+                      meter=meter, timeout=timeout)
+        cap.max_qps = cap.probe_qps = run.qps
+        cap.cpu_per_100k = run.cpu_per_100k
+        values = run.latencies or []
+        cap.p50, cap.p99, cap.p999 = (percentile(values, q) for q in (0.50, 0.99, 0.999))
+        cap.latency_loss, cap.rcodes = run.loss, run.rcodes
+        cap.steps.append((2000, run.qps, run.loss, run.passed))
+        if not run.completed:
+            cap.error = "no answers"
+        return cap
+    probe = dnsperf(port, qfile, seconds=probe_seconds, outstanding=200, cpu=cpu, meter=meter, timeout=timeout)
+    cap.probe_qps = probe.qps
+    best: Run | None = None
+    low_fail = None
+    rate = max(100.0, probe.qps * 0.9)
+    for _ in range(steps):
+        run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, outstanding=1000, cpu=cpu, meter=meter,
+                      timeout=timeout)
+        cap.steps.append((rate, run.qps, run.loss, run.passed))
+        if run.passed:
+            if best is None or run.qps > best.qps:
+                best = run
+            lo = rate
+            rate = (lo + low_fail) / 2 if low_fail else lo * 1.15
+        else:
+            low_fail = rate if low_fail is None else min(low_fail, rate)
+            rate = (best.rate + low_fail) / 2 if best is not None else rate * 0.7
+    if best is None:  # keep going down until something passes (bounded)
+        for _ in range(6):
+            run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, outstanding=1000, cpu=cpu, meter=meter,
+                          timeout=timeout)
+            cap.steps.append((rate, run.qps, run.loss, run.passed))
+            if run.passed:
+                best = run
+                break
+            rate *= 0.6
+    if best is None:
+        cap.error = "no rate step passed"
+        return cap
+    cap.max_qps = best.qps
+    cap.cpu_per_100k = best.cpu_per_100k
+    lat = dnsperf(port, qfile, seconds=latency_seconds, rate=best.qps * 0.5, outstanding=1000, verbose=True,
+                  cpu=cpu, meter=meter, timeout=timeout)
+    values = lat.latencies or []
+    cap.p50, cap.p99, cap.p999 = (percentile(values, q) for q in (0.50, 0.99, 0.999))
+    cap.latency_loss = lat.loss
+    cap.rcodes = lat.rcodes
+    return cap

@@ -1,0 +1,261 @@
+"""The servers under test, each a child process on loopback, optionally pinned to a CPU.
+
+* `Mcsdns`: `python -m mcsdns serve` from a manifest file or a kubeconfig.
+* `CoreDns`: the testbed's trimmed CoreDNS 1.14.x, `kubernetes` plugin with
+  `multicluster`, reading the testbed's kube-apiserver (the Corefile of
+  /work/shared/spec/k8s-testbed.md; the trimmed build has no `bind` plugin,
+  so it listens on every interface, and is only ever queried on 127.0.0.1).
+* `Knot`: knotd with a static zone file.
+
+Every process is stopped by its PID (SIGTERM, then SIGKILL), and the kernel
+kills it if the suite itself dies (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import dns.message
+import dns.query
+import dns.rcode
+
+from . import procstat
+
+REPO = Path(__file__).resolve().parent.parent
+
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+except OSError:  # pragma: no cover
+    _LIBC = None
+
+
+def _die_with_parent() -> None:
+    _LIBC.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
+def free_port() -> int:
+    """A loopback port free for both UDP and TCP right now."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            tcp.bind(("127.0.0.1", 0))
+            port = tcp.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                try:
+                    udp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no free port")
+
+
+def query(port: int, name: str, rdtype: str = "A", timeout: float = 0.5) -> dns.message.Message | None:
+    try:
+        return dns.query.udp(dns.message.make_query(name, rdtype), "127.0.0.1", port=port, timeout=timeout)
+    except Exception:
+        return None
+
+
+def answers(port: int, name: str, rdtype: str = "A", timeout: float = 0.5) -> set[str]:
+    """The record data the server returns for `name`, empty when none (or no reply)."""
+    reply = query(port, name, rdtype, timeout)
+    if reply is None or reply.rcode() != dns.rcode.NOERROR:
+        return set()
+    return {rd.to_text() for rrset in reply.answer for rd in rrset}
+
+
+class Server:
+    """One server process; subclasses say how to start it."""
+
+    kind = "server"
+
+    def __init__(self, label: str, workdir: Path, cpu: str | None = None) -> None:
+        self.label = label
+        self.workdir = workdir
+        self.cpu = cpu
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log_path = workdir / f"{label}.log"
+        self.started_at = 0.0
+        self.ready_after: float | None = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str] | None:
+        return None
+
+    def start(self, probe: str, timeout: float = 120.0) -> float:
+        """Start; return seconds until `probe` answers with data (the whole data set is served)."""
+        argv = self.argv()
+        if self.cpu is not None and shutil.which("taskset"):
+            argv = ["taskset", "-c", self.cpu, *argv]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+            preexec_fn=_die_with_parent if _LIBC is not None else None,  # noqa: PLW1509
+        )
+        log.close()
+        deadline = self.started_at + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.label} exited with {self.proc.returncode}:\n{self.tail()}")
+            if answers(self.port, probe, timeout=0.2):
+                self.ready_after = time.monotonic() - self.started_at
+                return self.ready_after
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"{self.label} did not answer {probe} within {timeout:.0f}s:\n{self.tail()}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def pids(self) -> list[int]:
+        """The server's processes (a `taskset` wrapper execs, so the PID is the server's own)."""
+        return procstat.tree(self.pid) if self.proc is not None else []
+
+    def cpu_seconds(self) -> float:
+        return procstat.cpu_seconds(self.pids())
+
+    def rss_mb(self) -> float:
+        return procstat.rss_mb(self.pids())
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Mcsdns(Server):
+    kind = "mcsdns"
+
+    def __init__(self, label: str, workdir: Path, cpu: str | None = None, *, manifests: Path | None = None,
+                 kubeconfig: Path | None = None, workers: int = 1, extra: tuple[str, ...] = ()) -> None:
+        super().__init__(label, workdir, cpu)
+        self.manifests = manifests
+        self.kubeconfig = kubeconfig
+        self.workers = workers
+        self.extra = extra
+        self.http_port = free_port()
+
+    def argv(self) -> list[str]:
+        argv = [
+            sys.executable, "-m", "mcsdns", "serve",
+            "--listen", f"127.0.0.1:{self.port}",
+            "--http-listen", f"127.0.0.1:{self.http_port}",
+            "--upstream", "none", "--lameduck", "0", "--log-level", "WARNING",
+            "--startup-timeout", "900s",
+        ]  # fmt: skip
+        if self.manifests is not None:
+            argv += ["--manifests", str(self.manifests)]
+        if self.kubeconfig is not None:
+            argv += ["--kubeconfig", str(self.kubeconfig)]
+        if self.workers != 1:
+            argv += ["--workers", str(self.workers)]
+        return argv + list(self.extra)
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, PYTHONUNBUFFERED="1")
+
+    def metric(self, name: str) -> float | None:
+        """The sum of a metric's samples on /metrics (None when absent)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        total, seen = 0.0, False
+        for line in text.splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+                seen = True
+        return total if seen else None
+
+
+class CoreDns(Server):
+    kind = "coredns"
+
+    def __init__(self, label: str, workdir: Path, cpu: str | None = None, *, binary: Path, kubeconfig: Path,
+                 cache: int = 0) -> None:
+        super().__init__(label, workdir, cpu)
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+        self.ready_port = free_port()
+        self.metrics_port = free_port()
+        self.cache = cache
+
+    def corefile(self) -> Path:
+        cache = f"    cache {self.cache}\n" if self.cache else ""
+        path = self.workdir / f"{self.label}.Corefile"
+        path.write_text(
+            f".:{self.port} {{\n"
+            "    errors\n"
+            f"    ready 127.0.0.1:{self.ready_port}\n"
+            f"    prometheus 127.0.0.1:{self.metrics_port}\n"
+            f"{cache}"
+            "    kubernetes cluster.local clusterset.local {\n"
+            f"        kubeconfig {self.kubeconfig}\n"
+            "        multicluster clusterset.local\n"
+            "        startup_timeout 900s\n"
+            "    }\n"
+            "}\n"
+        )
+        return path
+
+    def argv(self) -> list[str]:
+        return [str(self.binary), "-conf", str(self.corefile())]
+
+
+class Knot(Server):
+    kind = "knot"
+
+    def __init__(self, label: str, workdir: Path, cpu: str | None = None, *, zonefile: Path) -> None:
+        super().__init__(label, workdir, cpu)
+        self.zonefile = zonefile
+        self.rundir = workdir / f"{label}-run"
+
+    def argv(self) -> list[str]:
+        self.rundir.mkdir(parents=True, exist_ok=True)
+        conf = self.workdir / f"{self.label}.conf"
+        conf.write_text(
+            "server:\n"
+            f"    listen: 127.0.0.1@{self.port}\n"
+            f"    rundir: {self.rundir}\n"
+            "database:\n"
+            f"    storage: {self.rundir}\n"
+            "log:\n"
+            "  - target: stderr\n"
+            "    any: warning\n"
+            "zone:\n"
+            "  - domain: clusterset.local\n"
+            f"    file: {self.zonefile}\n"
+            "    journal-content: none\n"
+            "    zonefile-sync: -1\n"
+        )
+        knotd = shutil.which("knotd") or "/usr/sbin/knotd"
+        return [knotd, "-c", str(conf)]

@@ -1,0 +1,71 @@
+"""A seconds-long run of the benchmark suite (benchmarks/): every peer starts,
+every mix runs, propagation and scale run once, and the report renders.
+
+The numbers of a smoke run mean nothing; the full measurement is
+`python -m benchmarks run` (docs/performance.md), not part of CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.queries import MIXES  # noqa: E402
+from benchmarks.suite import SERVERS  # noqa: E402
+
+pytestmark = pytest.mark.kube
+
+
+def _require(tool: str, package: str) -> None:
+    if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
+        message = f"{tool} is not installed (apt-get install {package}; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def test_benchmark_smoke(testbin: Path, tmp_path: Path) -> None:
+    _require("dnsperf", "dnsperf")
+    _require("knotd", "knot")
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "run", "--smoke", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=170,
+    )
+    assert proc.returncode == 0, f"smoke run failed ({proc.returncode}):\n{proc.stderr[-6000:]}"
+    results = json.loads((out / "results.json").read_text())
+    assert results["errors"] == []
+    for mix in MIXES:
+        for server in SERVERS:
+            got = results["throughput"][mix][server]
+            assert got["error"] is None and got["max_qps"] > 0, (mix, server, got)
+            assert sum(got["rcodes"].values()) > 0, (mix, server)
+    # Every server agrees on what each mix is (same data, same rcodes).
+    for mix in ("clusterset_a", "nxdomain", "headless100_a"):
+        kinds = {server: set(results["throughput"][mix][server]["rcodes"]) for server in SERVERS}
+        assert len({frozenset(v) for v in kinds.values()}) == 1, (mix, kinds)
+    for server in ("mcsdns-api", "coredns"):
+        assert results["propagation"][server]["timeouts"] == 0
+        assert results["propagation"][server]["p50_ms"] is not None
+    row = results["scale"][0]
+    for server in ("mcsdns-api", "coredns", "mcsdns"):
+        assert row[server]["sync_seconds"] > 0 and row[server]["rss_mb"] > 0
+    assert row["mcsdns-api"]["relist_peak_mb"] > 0
+    md = (out / "results.md").read_text()
+    assert "## Throughput and latency" in md and "## Targets (issue 5)" in md and "## Scale" in md
+    assert (out / "results.csv").read_text().count("\n") == 1 + len(MIXES) * len(SERVERS)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return  # plots need the `bench` extra
+    for png in ("throughput.png", "latency_p99.png", "rss.png"):
+        assert (out / png).stat().st_size > 1000

@@ -1,0 +1,487 @@
+"""Overload and abuse over real sockets: TCP limits (RFC 7766), UDP floods, a dead upstream, amplification.
+
+Each test starts the real `mcsdns serve` (serverproc.Server) with the flags it
+exercises. Timing bounds are generous: the machine running CI may have two busy
+cores, so a bound says "within the configured timeout plus seconds of slack",
+never "within milliseconds". The figures each test measures are printed (-s).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+import pytest
+import yaml
+
+from cases import MAIN, Z, check, make_query
+from serverproc import FIXTURES, ROOT, Server
+
+SOAK = ROOT / "tools" / "soak.py"
+
+
+@pytest.fixture(scope="module")
+def manifests(tmp_path_factory) -> Path:
+    """The contract fixture plus `many.testns`: 100 endpoints, replies of several KB (SRV over TCP ~8 KB)."""
+    directory = tmp_path_factory.mktemp("overload")
+    shutil.copy(FIXTURES / "contract.yaml", directory / "contract.yaml")
+    endpoints = [{"addresses": [f"10.20.0.{i + 1}"], "hostname": f"pod-{i}"} for i in range(100)]
+    docs = [
+        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport", "metadata": {"name": "many", "namespace": "testns"},
+         "spec": {"type": "Headless", "ports": [{"name": "http", "protocol": "TCP", "port": 80}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+         "metadata": {"name": "many-1", "namespace": "testns", "labels": {
+             "multicluster.kubernetes.io/service-name": "many", "multicluster.kubernetes.io/source-cluster": "c1"}},
+         "endpoints": endpoints, "ports": [{"name": "http", "protocol": "TCP", "port": 80}]},
+    ]  # fmt: skip
+    (directory / "many.yaml").write_text(yaml.safe_dump_all(docs))
+    return directory
+
+
+def serve(manifests: Path, *flags: str) -> Server:
+    return Server("--manifests", str(manifests), "--namespaces", "testns", "--upstream", "none", *flags)
+
+
+def frame(msg: dns.message.Message | bytes) -> bytes:
+    wire = msg if isinstance(msg, bytes) else msg.to_wire()
+    return struct.pack(">H", len(wire)) + wire
+
+
+def read_frames(sock: socket.socket, n: int, timeout: float = 5.0) -> list[dns.message.Message]:
+    sock.settimeout(timeout)
+    out, buf = [], b""
+    while len(out) < n:
+        chunk = sock.recv(65535)
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
+            length = struct.unpack(">H", buf[:2])[0]
+            out.append(dns.message.from_wire(buf[2 : 2 + length]))
+            buf = buf[2 + length :]
+    return out
+
+
+def closed_within(sock: socket.socket, timeout: float) -> float | None:
+    """Seconds until the server closes `sock` (EOF or reset), reading and discarding what it sends; None if not."""
+    started = time.monotonic()
+    sock.settimeout(0.2)
+    while time.monotonic() - started < timeout:
+        try:
+            if not sock.recv(65535):
+                return time.monotonic() - started
+        except socket.timeout:
+            continue
+        except ConnectionError:
+            return time.monotonic() - started
+    return None
+
+
+def tcp_answer(server: Server, c=MAIN[0], timeout: float = 3.0) -> None:
+    check(c, dns.query.tcp(make_query(c), "127.0.0.1", port=server.dns_port, timeout=timeout))
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def metric(server: Server, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    _, text = server.http("/metrics")
+    total = 0.0
+    for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
+# =========================================================================== flags
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--max-tcp-connections", "0"], "--max-tcp-connections must be in range [1, 1000000]: 0"),
+        (["--tcp-idle-timeout", "0"], "--tcp-idle-timeout must be in range (0, 3600] seconds: 0.0"),
+        (["--tcp-idle-timeout", "later"], "'later' is not a duration"),
+        (["--tcp-max-queries", "-1"], "--tcp-max-queries must be in range [0, 1000000000] (0: no limit): -1"),
+    ],
+)
+def test_tcp_flags_out_of_range_are_clear_errors(args, message):
+    result = subprocess.run([sys.executable, "-m", "mcsdns", "serve", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+# =========================================================================== TCP (RFC 7766)
+
+
+def test_connection_cap(manifests):
+    """Beyond --max-tcp-connections a new connection is closed at once; the open ones and UDP keep working;
+    a slot freed is usable again."""
+    with serve(manifests, "--max-tcp-connections", "4", "--tcp-idle-timeout", "20s") as s:
+        conns = []
+        for _ in range(4):
+            sock = socket.create_connection(s.addr, timeout=3)
+            sock.sendall(frame(make_query(MAIN[0])))
+            assert len(read_frames(sock, 1)) == 1
+            conns.append(sock)
+        extra = socket.create_connection(s.addr, timeout=3)
+        try:
+            extra.sendall(frame(make_query(MAIN[0])))
+        except ConnectionError:
+            pass
+        took = closed_within(extra, 5)
+        assert took is not None, "a connection over the cap was served"
+        print(f"\nconnection over the cap closed after {took:.3f}s")
+        conns[0].sendall(frame(make_query(MAIN[1])))
+        check(MAIN[1], read_frames(conns[0], 1)[0])
+        check(MAIN[0], s.query(MAIN[0].qname, MAIN[0].qtype))
+        conns.pop().close()
+        time.sleep(0.3)
+        tcp_answer(s)
+        for sock in conns + [extra]:
+            sock.close()
+
+
+def test_idle_stalled_and_trickling_connections_are_closed(manifests):
+    """Nothing sent, half a length prefix, a prefix promising more than is sent, a query trickled a byte at a
+    time: each is closed within --tcp-idle-timeout (plus slack). A client that keeps asking stays connected."""
+    idle = 1.0
+    with serve(manifests, "--tcp-idle-timeout", f"{idle}s") as s:
+        wire = make_query(MAIN[0]).to_wire()
+        cases = {
+            "silent": b"",
+            "half prefix": b"\x00",
+            "prefix that lies": struct.pack(">H", 100) + wire[:10],
+            "64 KiB promised": b"\xff\xff" + b"\x00" * 100,
+        }
+        closed: dict[str, float | None] = {}
+        watchers = []
+
+        def watch(name: str, sock: socket.socket, opened: float) -> None:
+            took = closed_within(sock, idle + 6)
+            closed[name] = None if took is None else time.monotonic() - opened
+
+        socks = {}
+        for name, data in cases.items():
+            socks[name] = socket.create_connection(s.addr, timeout=3)
+            opened = time.monotonic()
+            if data:
+                socks[name].sendall(data)
+            watchers.append(threading.Thread(target=watch, args=(name, socks[name], opened), daemon=True))
+        trickle = socket.create_connection(s.addr, timeout=3)
+        watchers.append(threading.Thread(target=watch, args=("trickle", trickle, time.monotonic()), daemon=True))
+        for t in watchers:
+            t.start()
+        stop = threading.Event()
+
+        def drip() -> None:  # slowloris: one byte every 0.4 s, the query would take ~25 s to arrive
+            for byte in frame(wire):
+                if stop.wait(0.4):
+                    return
+                try:
+                    trickle.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+        threading.Thread(target=drip, daemon=True).start()
+        busy = socket.create_connection(s.addr, timeout=3)
+        busy_answers = 0
+        for _ in range(6):  # a query every 0.5 s for 3 s: never idle for `idle`
+            busy.sendall(frame(make_query(MAIN[0])))
+            busy_answers += len(read_frames(busy, 1))
+            time.sleep(0.5)
+        for t in watchers:
+            t.join(idle + 8)
+        stop.set()
+        print("\nclosed after (s since connect): " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} OPEN" for k, v in closed.items()))
+        for name, took in closed.items():
+            assert took is not None, f"{name}: still open after {idle + 6}s"
+            assert idle * 0.8 <= took < idle + 3 + (1 if name == "trickle" else 0), f"{name} closed after {took:.2f}s"
+        assert busy_answers == 6
+        busy.sendall(frame(make_query(MAIN[1])))
+        check(MAIN[1], read_frames(busy, 1)[0])
+        for sock in [*socks.values(), trickle, busy]:
+            sock.close()
+
+
+def test_a_client_that_never_reads_is_closed_and_frees_its_slot(manifests):
+    """Pipelined queries for an 8 KB answer with nobody reading: the server's writes back up. The connection
+    must still be closed within the idle timeout (a stalled reader is a stalled connection), so two such
+    clients cannot hold the whole --max-tcp-connections budget."""
+    idle = 1.0
+    with serve(manifests, "--tcp-idle-timeout", f"{idle}s", "--max-tcp-connections", "2") as s:
+        rss_before = rss_mb(s.proc.pid)
+        q = dns.message.make_query("many.testns.svc." + Z, "SRV", use_edns=False)
+        hogs = []
+        for _ in range(2):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(s.addr)
+            sock.settimeout(5)
+            burst = frame(q) * 400  # ~3.2 MB of answers asked for
+            try:
+                sock.sendall(burst)
+            except (socket.timeout, ConnectionError):
+                pass
+            hogs.append(sock)
+        started = time.monotonic()
+        deadline = started + idle + 10
+        served = False
+        while time.monotonic() < deadline:  # a third client gets a slot once the stalled ones are closed
+            try:
+                tcp_answer(s, timeout=1)
+                served = True
+                break
+            except (dns.exception.Timeout, ConnectionError, EOFError, OSError):
+                time.sleep(0.2)
+        took = time.monotonic() - started
+        print(f"\nslot free again after {took:.2f}s (idle timeout {idle}s); RSS {rss_before:.1f} -> {rss_mb(s.proc.pid):.1f} MB")
+        assert served, "the stalled readers still hold every connection slot"
+        for sock in hogs:
+            assert closed_within(sock, 5) is not None
+            sock.close()
+        assert rss_mb(s.proc.pid) - rss_before < 30
+
+
+def test_per_connection_query_limit(manifests):
+    """--tcp-max-queries 3: five pipelined queries get exactly the first three answers, then the close."""
+    with serve(manifests, "--tcp-max-queries", "3") as s:
+        queries = [make_query(c) for c in MAIN[:5]]
+        with socket.create_connection(s.addr, timeout=3) as sock:
+            sock.sendall(b"".join(frame(q) for q in queries))
+            replies = read_frames(sock, 5, timeout=5)
+            assert closed_within(sock, 5) is not None
+        assert sorted(r.id for r in replies) == sorted(q.id for q in queries[:3])
+        for r in replies:
+            check(next(c for c, q in zip(MAIN, queries) if q.id == r.id), r)
+        tcp_answer(s)
+
+
+def test_pipelined_queries_answered_in_any_order_with_their_ids(manifests, tmp_path):
+    """RFC 7766 6.2.1.1: 300 queries on one connection, sent in chunks that split frames anywhere, some
+    forwarded to a slow upstream so their answers overtake nothing: every reply carries its query's ID and
+    question, and the forwarded ones arrive after later in-zone ones."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from upstreams import Fake, Mcsdns
+
+    with Fake(delay=0.3) as upstream, Mcsdns("--manifests", str(manifests), "--namespaces", "testns", "--upstream", upstream.addr,
+                                             "--upstream-timeout", "3s") as s:  # fmt: skip
+        cases = [c for c in MAIN if c.rcode == "NOERROR"][:20]
+        queries = []
+        for i in range(300):
+            if i % 50 == 7:
+                queries.append(dns.message.make_query(f"slow{i}.example.", "A"))
+            else:
+                queries.append(make_query(cases[i % len(cases)]))
+            queries[-1].id = 1000 + i  # unique: 300 random IDs would likely collide
+        stream = b"".join(frame(q) for q in queries)
+        with socket.create_connection(s.addr, timeout=5) as sock:
+            at = 0
+            sizes = [1, 2, 3, 7, 100, 1000]
+            k = 0
+            while at < len(stream):
+                step = sizes[k % len(sizes)]
+                sock.sendall(stream[at : at + step])
+                at += step
+                k += 1
+            replies = read_frames(sock, len(queries), timeout=10)
+        by_id = {q.id: q for q in queries}
+        assert len(replies) == len(queries) and {r.id for r in replies} == set(by_id)
+        for r in replies:
+            assert r.question == by_id[r.id].question
+        order = [r.id for r in replies]
+        slow = [by_id[i] for i in order if by_id[i].question[0].name.to_text().startswith("slow")]
+        first_slow = order.index(slow[0].id)
+        assert first_slow > queries.index(slow[0]), "forwarded answers should be overtaken by later in-zone ones"
+        assert all(r.answer[0][0].address == "198.51.100.7" for r in replies if r.id in {q.id for q in slow})
+
+
+# =========================================================================== UDP flood
+
+
+def _dnsperf_max(port: int, seconds: int = 3) -> float | None:
+    """Closed-loop maximum with dnsperf (None if it is not installed)."""
+    if shutil.which("dnsperf") is None:
+        return None
+    data = Path(ROOT / ".pytest_cache" / "dnsperf-queries.txt")
+    data.parent.mkdir(exist_ok=True)
+    data.write_text("svc1.testns.svc.clusterset.local A\nhdls1.testns.svc.clusterset.local A\n"
+                    "_http._tcp.svc1.testns.svc.clusterset.local SRV\nsvc0.testns.svc.clusterset.local A\n")
+    out = subprocess.run(["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", str(data), "-l", str(seconds), "-c", "2", "-q", "100"],
+                         capture_output=True, text=True, timeout=seconds + 30).stdout  # fmt: skip
+    m = re.search(r"Queries per second:\s+([\d.]+)", out)
+    return float(m.group(1)) if m else None
+
+
+class Prober:
+    """Valid queries at a steady pace on one socket (unique IDs); counts correct answers and wrong ones."""
+
+    def __init__(self, addr: tuple[str, int], per_second: float = 200) -> None:
+        self.addr = addr
+        self.interval = 1 / per_second
+        self.sent = self.correct = self.wrong = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        q = make_query(MAIN[0])
+        wire = bytearray(q.to_wire())
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            sock.setblocking(False)
+            ids = set()
+            next_at = time.monotonic()
+            qid = 0
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_at:
+                    qid = (qid + 1) & 0xFFFF
+                    struct.pack_into(">H", wire, 0, qid)
+                    try:
+                        sock.sendto(bytes(wire), self.addr)
+                        self.sent += 1
+                        ids.add(qid)
+                    except BlockingIOError:
+                        pass
+                    next_at += self.interval
+                try:
+                    data = sock.recv(4096)
+                except BlockingIOError:
+                    time.sleep(0.0005)
+                    continue
+                reply = dns.message.from_wire(data)
+                if reply.id in ids:
+                    ids.discard(reply.id)
+                    try:
+                        check(MAIN[0], reply)
+                        self.correct += 1
+                    except AssertionError:
+                        self.wrong += 1
+
+    def __enter__(self) -> "Prober":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep(0.3)  # the last answers
+        self._stop.set()
+        self._thread.join(5)
+
+
+def test_udp_flood(manifests):
+    """Several times the maximum rate, from two processes, for 3 s: memory stays bounded, valid queries keep
+    getting (correct) answers, and service is complete again once the flood stops."""
+    with serve(manifests) as s:
+        maximum = _dnsperf_max(s.dns_port)
+        rss_before = rss_mb(s.proc.pid)
+        requests_before = metric(s, "coredns_dns_requests_total")
+        health: list[float] = []
+        with Prober(s.addr) as prober:
+            flood = subprocess.Popen([sys.executable, str(SOAK), "flood", f"127.0.0.1:{s.dns_port}", "--seconds", "3",
+                                      "--processes", "2", "--max-packets", "1500000"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+            while flood.poll() is None:
+                started = time.monotonic()
+                status, _ = s.http("/health")
+                health.append(time.monotonic() - started if status == 200 else float("inf"))
+                time.sleep(0.2)
+            sent = __import__("json").loads(flood.stdout.read().strip().splitlines()[-1])
+        during = (prober.sent, prober.correct, prober.wrong)
+        rss_flood = rss_mb(s.proc.pid)
+        handled = metric(s, "coredns_dns_requests_total") - requests_before
+        time.sleep(0.5)
+        with Prober(s.addr) as after:
+            time.sleep(1.5)
+        rss_after = rss_mb(s.proc.pid)
+        print(f"\nmax (dnsperf, closed loop) {maximum and round(maximum)} qps; flood {sent['sent']} packets in {sent['seconds']}s "
+              f"= {sent['pps']} pps ({sent['pps'] / maximum:.1f}x max)" if maximum else f"\nflood {sent}")
+        print(f"server handled {handled:.0f} packets ({handled / sent['seconds']:.0f}/s) during the flood; "
+              f"probes during: {during[1]}/{during[0]} correct, {during[2]} wrong; after: {after.correct}/{after.sent}")
+        print(f"/health during the flood: max {max(health):.3f}s; RSS {rss_before:.1f} -> {rss_flood:.1f} -> {rss_after:.1f} MB")
+        assert during[2] == 0 and after.wrong == 0, "a wrong answer under load"
+        assert during[1] > 0, "no valid query was answered during the flood"
+        assert after.correct >= after.sent - 2, "service did not recover after the flood"
+        assert max(health) < 5, "the admin endpoint starved during the flood"
+        assert rss_after - rss_before < 40, "memory grew under the flood"
+        if maximum:
+            assert sent["pps"] > 1.5 * maximum, "the flood was not above the maximum rate (busy machine?)"
+        # The flood did not change what is served.
+        for c in MAIN[:10]:
+            check(c, s.query(c.qname, c.qtype))
+
+
+def test_no_amplification_over_udp(manifests):
+    """The biggest answers, asked without EDNS over UDP: never more than 512 bytes, TC set; ANY is minimal."""
+    with serve(manifests) as s:
+        for qtype in ("A", "SRV", "ANY", "TXT", "AAAA"):
+            q = dns.message.make_query("many.testns.svc." + Z, qtype, use_edns=False)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.settimeout(2)
+                sock.sendto(q.to_wire(), s.addr)
+                data = sock.recv(65535)
+            assert len(data) <= 512, (qtype, len(data))
+            reply = dns.message.from_wire(data)
+            if qtype in ("A", "SRV"):
+                assert reply.flags & dns.flags.TC
+            if qtype == "ANY":
+                assert not reply.answer and len(data) < 150
+
+
+# =========================================================================== forwarding under a dead upstream
+
+
+def test_forwarding_to_a_dead_upstream_stays_bounded(manifests):
+    """An upstream that swallows everything: 400 out-of-zone queries in a burst. At most --max-concurrent wait
+    (the rest are REFUSED at once), each waiting one gets SERVFAIL after --upstream-timeout, in-zone names
+    are answered meanwhile, and nothing is left in flight or in memory afterwards."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from upstreams import Fake, Mcsdns
+
+    with Fake(mode="swallow") as upstream, Mcsdns("--manifests", str(manifests), "--namespaces", "testns", "--upstream", upstream.addr,
+                                                  "--upstream-timeout", "1s", "--max-concurrent", "50") as s:  # fmt: skip
+        rss_before = rss_mb(s.proc.pid)
+        for round_ in range(3):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+                sock.settimeout(0.2)
+                started = time.monotonic()
+                for i in range(400):
+                    q = dns.message.make_query(f"q{i}.r{round_}.example.", "A", id=i)
+                    sock.sendto(q.to_wire(), s.addr)
+                inflight = metric(s, "mcsdns_forward_inflight")
+                check(MAIN[0], s.query(MAIN[0].qname, MAIN[0].qtype, timeout=1))  # in-zone: not stuck behind them
+                in_zone_at = time.monotonic() - started
+                rcodes: dict[str, int] = {}
+                last = 0.0
+                while sum(rcodes.values()) < 400 and time.monotonic() - started < 6:
+                    try:
+                        reply = dns.message.from_wire(sock.recv(4096))
+                    except socket.timeout:
+                        continue
+                    name = dns.rcode.to_text(reply.rcode())
+                    rcodes[name] = rcodes.get(name, 0) + 1
+                    last = time.monotonic() - started
+            print(f"\nround {round_}: {rcodes} (in flight right after the burst: {inflight:.0f}; last reply after {last:.2f}s; "
+                  f"in-zone answered after {in_zone_at:.2f}s)")
+            assert sum(rcodes.values()) == 400, "some forwarded queries got no answer at all"
+            assert set(rcodes) <= {"SERVFAIL", "REFUSED"} and rcodes.get("SERVFAIL", 0) <= 50
+            assert inflight <= 50
+            assert last < 1 + 4, "SERVFAIL came much later than the upstream timeout"
+        time.sleep(0.5)
+        assert metric(s, "mcsdns_forward_inflight") == 0
+        assert rss_mb(s.proc.pid) - rss_before < 20

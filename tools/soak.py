@@ -1,0 +1,814 @@
+#!/usr/bin/env python3
+"""Soak checker and UDP flood generator for mcsdns (docs/reliability.md).
+
+soak   The checker knows the expected state because it makes every change
+       itself. It starts mcsdns (or uses --server/--pid), writes an initial
+       state, measures the maximum query rate, then for --duration sends a
+       steady query mix at --rate-fraction of that maximum while changing one
+       service every --update-interval (ClusterSetIP address, headless
+       endpoint set, an import that comes and goes). Every answer is checked
+       against the state that was current when it was asked, allowing
+       --allowed-delay for propagation: an answer is right if it equals the
+       answer of a state written before the reply arrived and replaced no
+       earlier than allowed-delay before the query was sent. It reports
+       queries sent, answered, wrong, lost, the propagation delay it saw, and
+       the server's RSS over the run, as text and one JSON line.
+
+       Changes go to a manifests directory (default; mcsdns polls it) or to a
+       Kubernetes API (--kubeconfig, or --testbed to start the repository's
+       etcd + kube-apiserver testbed).
+
+flood  N processes send a packet mix (valid queries, random names and
+       types, garbage) as fast as they can to HOST:PORT, bounded by --seconds
+       and --max-packets; prints one JSON line with what was sent.
+
+Both run on loopback and need nothing but the repository's dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import random
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ZONE = "clusterset.local"
+NAMESPACE = "soak"
+MCS = "multicluster.x-k8s.io"
+SERVICE_NAME = "multicluster.kubernetes.io/service-name"
+SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
+CLUSTER = "c1"
+HEADER = struct.Struct(">HHHHHH")
+A, AAAA, TXT, SRV = 1, 28, 16, 33
+SOCKETS_PER_SENDER = 4  # more source ports: 4 x 65536 IDs before one could be reused within the timeout
+
+
+# =========================================================================== the model
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the checker serves: `vips` ClusterSetIP imports, `headless` ones with 1..`endpoints` endpoints,
+    one import that comes and goes, one that never changes, and a name that never exists."""
+
+    vips: int = 4
+    headless: int = 4
+    endpoints: int = 4
+
+    def keys(self) -> list[str]:
+        return [f"vip{i}" for i in range(self.vips)] + [f"hdl{i}" for i in range(self.headless)] + ["toggle"]
+
+    # Values: each key's state is an integer version; these turn it into objects and answers.
+
+    @staticmethod
+    def vip_ip(i: int, v: int) -> str:
+        return f"10.201.{i}.{v % 250 + 1}"
+
+    def hdl_addresses(self, i: int, v: int) -> list[str]:
+        count = 1 + v % self.endpoints
+        return [f"10.202.{i}.{(v * self.endpoints + j) % 250 + 1}" for j in range(count)]
+
+    @staticmethod
+    def toggle_present(v: int) -> bool:
+        return v % 2 == 0
+
+    # ---------------------------------------------------------------- objects
+
+    def import_obj(self, name: str, ips: list[str] | None, headless: bool, api_version: str) -> dict:
+        spec: dict[str, Any] = {"type": "Headless" if headless else "ClusterSetIP",
+                                "ports": [{"name": "http", "protocol": "TCP", "port": 80}]}
+        if ips is not None:
+            spec["ips"] = ips
+        return {"apiVersion": api_version, "kind": "ServiceImport", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+
+    def slice_obj(self, i: int, v: int) -> dict:
+        return {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+            "metadata": {"name": f"hdl{i}-{CLUSTER}", "namespace": NAMESPACE,
+                         "labels": {SERVICE_NAME: f"hdl{i}", SOURCE_CLUSTER: CLUSTER}},
+            "endpoints": [{"addresses": [ip], "hostname": f"h{j}", "conditions": {"ready": True}}
+                          for j, ip in enumerate(self.hdl_addresses(i, v))],
+            "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
+        }  # fmt: skip
+
+    def objects(self, state: dict[str, int], api_version: str) -> list[dict]:
+        out: list[dict] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}]
+        out.append(self.import_obj("static", ["10.204.0.1"], False, api_version))
+        for i in range(self.vips):
+            out.append(self.import_obj(f"vip{i}", [self.vip_ip(i, state[f"vip{i}"])], False, api_version))
+        for i in range(self.headless):
+            out.append(self.import_obj(f"hdl{i}", None, True, api_version))
+            out.append(self.slice_obj(i, state[f"hdl{i}"]))
+        if self.toggle_present(state["toggle"]):
+            out.append(self.import_obj("toggle", ["10.203.0.1"], False, api_version))
+        return out
+
+    # ---------------------------------------------------------------- queries and answers
+
+    def queries(self) -> list[tuple[str, str, int]]:
+        """(key or "" for constant answers, name, qtype): the query mix, one of each per round."""
+        out: list[tuple[str, str, int]] = []
+        for i in range(self.vips):
+            name = f"vip{i}.{NAMESPACE}.svc.{ZONE}."
+            out += [(f"vip{i}", name, A), (f"vip{i}", name, SRV), (f"vip{i}", name, AAAA), (f"vip{i}", name, A)]
+        for i in range(self.headless):
+            name = f"hdl{i}.{NAMESPACE}.svc.{ZONE}."
+            out += [(f"hdl{i}", name, A), (f"hdl{i}", name, SRV), (f"hdl{i}", f"h0.{CLUSTER}.{name}", A)]
+        out += [("toggle", f"toggle.{NAMESPACE}.svc.{ZONE}.", A), ("", f"static.{NAMESPACE}.svc.{ZONE}.", A),
+                ("", f"missing.{NAMESPACE}.svc.{ZONE}.", A), ("", f"dns-version.{ZONE}.", TXT)]
+        return out
+
+    def expected(self, key: str, name: str, qtype: int, v: int) -> tuple:
+        """The canonical reply (rcode, answer lines, additional lines) for `key` at version `v`."""
+        if key == "":
+            if name.startswith("static."):
+                return ("NOERROR", frozenset({f"{name} A 10.204.0.1"}), frozenset())
+            if name.startswith("missing."):
+                return ("NXDOMAIN", frozenset(), frozenset())
+            return ("NOERROR", frozenset({f'{name} TXT "1.1.0"'}), frozenset())
+        if key == "toggle":
+            if self.toggle_present(v):
+                return ("NOERROR", frozenset({f"{name} A 10.203.0.1"}), frozenset())
+            return ("NXDOMAIN", frozenset(), frozenset())
+        i = int(key[3:])
+        if key.startswith("vip"):
+            ip = self.vip_ip(i, v)
+            if qtype == A:
+                return ("NOERROR", frozenset({f"{name} A {ip}"}), frozenset())
+            if qtype == AAAA:
+                return ("NOERROR", frozenset(), frozenset())
+            return ("NOERROR", frozenset({f"{name} SRV 0 100 80 {name}"}), frozenset({f"{name} A {ip}"}))
+        addresses = self.hdl_addresses(i, v)
+        if name.startswith("h0."):
+            return ("NOERROR", frozenset({f"{name} A {addresses[0]}"}), frozenset())
+        if qtype == A:
+            return ("NOERROR", frozenset(f"{name} A {ip}" for ip in addresses), frozenset())
+        weight = max(1, 100 // len(addresses))
+        targets = [f"h{j}.{CLUSTER}.{name}" for j in range(len(addresses))]
+        return ("NOERROR", frozenset(f"{name} SRV 0 {weight} 80 {t}" for t in targets),
+                frozenset(f"{t} A {ip}" for t, ip in zip(targets, addresses)))
+
+
+def query_wire(name: str, qtype: int) -> bytes:
+    labels = [x for x in name.rstrip(".").split(".")]
+    wire = b"".join(bytes([len(x)]) + x.encode() for x in labels) + b"\x00"
+    opt = b"\x00" + struct.pack(">HHIH", 41, 1232, 0, 0)  # EDNS 1232: every answer of the mix fits
+    return HEADER.pack(0, 0x0100, 1, 0, 0, 1) + wire + struct.pack(">HH", qtype, 1) + opt
+
+
+def canonical(reply: bytes) -> tuple:
+    """(rcode, answer lines, additional lines) of a reply, lower-cased owners; TC replies are marked."""
+    import dns.message
+    import dns.rcode
+
+    msg = dns.message.from_wire(reply)
+
+    def lines(section) -> frozenset:
+        return frozenset(f"{rrset.name.to_text().lower()} {dns_type(rrset.rdtype)} {rd.to_text()}" for rrset in section for rd in rrset)
+
+    rcode = dns.rcode.to_text(msg.rcode()) + ("+TC" if msg.flags & 0x0200 else "")
+    return (rcode, lines(msg.answer), frozenset(x for x in lines(msg.additional)))
+
+
+def dns_type(code: int) -> str:
+    import dns.rdatatype
+
+    return dns.rdatatype.to_text(code)
+
+
+# =========================================================================== writers (the state's source)
+
+
+class ManifestWriter:
+    """Writes the whole state as one JSON manifest, atomically (mcsdns sees old or new, never half)."""
+
+    def __init__(self, directory: Path, model: Model) -> None:
+        self.path = directory / "soak.json"
+        self.tmp = directory / ".soak.json.tmp"
+        self.model = model
+        self.api_version = f"{MCS}/v1beta1"
+
+    def write(self, state: dict[str, int], key: str | None) -> None:
+        self.tmp.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": self.model.objects(state, self.api_version)}))
+        os.replace(self.tmp, self.path)
+
+
+class ApiWriter:
+    """Writes only what changed to a Kubernetes API, with the testbed's small JSON client."""
+
+    def __init__(self, kubeconfig: Path, model: Model) -> None:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from testbed import KubeClient
+
+        self.api = KubeClient.from_kubeconfig(kubeconfig)
+        self.model = model
+        self.api_version = self._import_version()
+
+    def _import_version(self) -> str:
+        groups = self.api.request("GET", f"/apis/{MCS}")
+        versions = [v["version"] for v in groups.get("versions", [])]
+        return f"{MCS}/{'v1beta1' if 'v1beta1' in versions else 'v1alpha1'}"
+
+    def write_all(self, state: dict[str, int]) -> None:
+        """The initial state: every object applied (and the toggle import created or deleted)."""
+        from testbed import ApiError
+
+        for obj in self.model.objects(state, self.api_version):
+            try:
+                self.api.apply(obj)
+            except ApiError as exc:
+                raise RuntimeError(f"cannot write {obj['kind']} {obj['metadata']['name']}: {exc}") from exc
+        if not self.model.toggle_present(state["toggle"]):
+            self.api.delete(self.api_version, "ServiceImport", NAMESPACE, "toggle")
+
+    def write(self, state: dict[str, int], key: str | None) -> None:
+        if key is None:
+            self.write_all(state)
+            return
+        v = state[key]
+        if key.startswith("vip"):
+            i = int(key[3:])
+            self.api.patch(self.api_version, "ServiceImport", NAMESPACE, key, {"spec": {"ips": [self.model.vip_ip(i, v)]}})
+        elif key.startswith("hdl"):
+            self.api.apply(self.model.slice_obj(int(key[3:]), v))
+        elif self.model.toggle_present(v):
+            self.api.apply(self.model.import_obj("toggle", ["10.203.0.1"], False, self.api_version))
+        else:
+            self.api.delete(self.api_version, "ServiceImport", NAMESPACE, "toggle")
+
+
+def updater(writer_spec: tuple, model: Model, interval: float, stop_at: float, start_at: float, state: dict[str, int],
+            queues: list, results: Any) -> None:
+    """Every `interval`, advance one key (round robin), tell the senders first, then write it."""
+    writer = make_writer(writer_spec, model)
+    keys = model.keys()
+    write_times: list[float] = []
+    n = 0
+    while time.monotonic() < start_at:
+        time.sleep(0.001)
+    next_at = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now >= stop_at:
+            break
+        if now < next_at:
+            time.sleep(min(next_at - now, 0.01))
+            continue
+        next_at += interval
+        key = keys[n % len(keys)]
+        n += 1
+        state[key] += 1
+        # Senders learn of a version before it can possibly be served: the time is taken before the write.
+        t = time.monotonic()
+        for q in queues:  # a pipe write completes before send() returns: no feeder thread, no race with the write
+            q.send((t, key, state[key]))
+        try:
+            writer.write(state, key)
+        except Exception as exc:  # a failed write: say so, the version may still land
+            results.put(("update_error", repr(exc)))
+        write_times.append(time.monotonic() - t)
+    for q in queues:
+        q.send(None)
+    results.put(("updates", {"count": n, "write_p50_ms": _ms(write_times, 0.5), "write_max_ms": _ms(write_times, 1.0)}))
+
+
+def make_writer(spec: tuple, model: Model):
+    kind, arg = spec
+    return ManifestWriter(Path(arg), model) if kind == "manifests" else ApiWriter(Path(arg), model)
+
+
+def _ms(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 2)
+
+
+# =========================================================================== senders (the checker)
+
+
+@dataclass
+class SenderStats:
+    sent: int = 0
+    answered: int = 0
+    wrong: int = 0
+    lost: int = 0
+    late: int = 0  # answered after the loss timeout (counted lost, not wrong)
+    truncated: int = 0
+    examples: list = field(default_factory=list)
+    propagation: list = field(default_factory=list)  # seconds from a write to the first answer showing it
+
+
+def sender(index: int, server: tuple[str, int], model: Model, rate: float | None, window: int, start_at: float,
+           stop_at: float, initial: dict[str, int], updates: Any, results: Any, allowed_delay: float, timeout: float) -> None:
+    """Open loop at `rate` qps (None: closed loop, `window` outstanding per socket, to find the maximum)."""
+    mix = model.queries()
+    templates = [query_wire(name, qtype) for _, name, qtype in mix]
+    socks = []
+    for _ in range(SOCKETS_PER_SENDER):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        s.connect(server)
+        s.setblocking(False)
+        socks.append(s)
+    rng = random.Random(index)
+    ids = [rng.randrange(65536) for _ in socks]
+    outstanding: dict[tuple[int, int], tuple[int, float]] = {}
+    timeline: dict[str, list[tuple[float, int]]] = {k: [(float("-inf"), v)] for k, v in initial.items()}
+    seen_version: dict[str, int] = {k: 0 for k in initial}
+    verify: deque = deque()
+    cache: dict[tuple[int, bytes], tuple] = {}
+    expected_cache: dict[tuple[int, int], tuple] = {}
+    stats = SenderStats()
+    updates_open = updates is not None
+    qi = index
+    while time.monotonic() < start_at:
+        time.sleep(0.001)
+    last_sweep = time.monotonic()
+
+    def send(now: float) -> None:
+        nonlocal qi
+        k = qi % len(socks)
+        ids[k] = (ids[k] + 1) & 0xFFFF
+        key = (k, ids[k])
+        if key in outstanding:  # the ID space of this socket wrapped within the timeout: count it lost
+            stats.lost += 1
+        q = qi % len(mix)
+        qi += 1
+        try:
+            socks[k].send(struct.pack(">H", ids[k]) + templates[q][2:])
+        except (BlockingIOError, ConnectionRefusedError):
+            stats.lost += 1
+            stats.sent += 1
+            return
+        outstanding[key] = (q, now)
+        stats.sent += 1
+
+    while True:
+        now = time.monotonic()
+        if now >= stop_at and not outstanding and not verify:
+            break
+        if now >= stop_at + timeout + allowed_delay + 1:
+            break
+        # 1. send what is due
+        if now < stop_at:
+            if rate is not None:
+                due = int((now - start_at) * rate) - stats.sent
+                for _ in range(min(due, 500)):
+                    send(now)
+            else:
+                for _ in range(min(window * len(socks) - len(outstanding), 500)):
+                    send(now)
+        # 2. read replies
+        got = 0
+        for k, s in enumerate(socks):
+            while True:
+                try:
+                    data = s.recv(65535)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except ConnectionRefusedError:
+                    break
+                got += 1
+                if len(data) < 12:
+                    continue
+                item = outstanding.pop((k, (data[0] << 8) | data[1]), None)
+                if item is None:
+                    stats.late += 1
+                    continue
+                q, sent_at = item
+                stats.answered += 1
+                # Measuring the maximum checks every answer too: the client's cost per answer, and so the
+                # CPU left to the server on a small machine, is then the same as during the soak.
+                body = data[2:]
+                canon = cache.get((q, body))
+                if canon is None:
+                    try:
+                        canon = canonical(data)
+                    except Exception as exc:  # noqa: BLE001 -- an unparseable reply is a wrong one
+                        canon = ("UNPARSEABLE", repr(exc))
+                    if len(cache) < 200_000:
+                        cache[(q, body)] = canon
+                verify.append((time.monotonic(), q, sent_at, canon))
+        # 3. learn new versions
+        while updates_open and updates.poll():
+            msg = updates.recv()
+            if msg is None:
+                updates_open = False
+                break
+            t, key, v = msg
+            timeline[key].append((t, v))
+        # 4. check answers once every version they could show is known (the updater tells first, then writes)
+        now = time.monotonic()
+        while verify and (now - verify[0][0] > 0.25 or (not updates_open and now >= stop_at)):
+            recv_at, q, sent_at, canon = verify.popleft()
+            key, name, qtype = mix[q]
+            versions = timeline.get(key) or [(float("-inf"), 0)]
+            ok = False
+            for j in range(len(versions) - 1, -1, -1):
+                t_j, v = versions[j]
+                if t_j > recv_at:
+                    continue  # written after the reply came back: it cannot be what was served
+                replaced = versions[j + 1][0] if j + 1 < len(versions) else float("inf")
+                if replaced < sent_at - allowed_delay:
+                    break  # this and older versions were replaced too long before the query
+                exp = expected_cache.get((q, v))
+                if exp is None:
+                    exp = expected_cache[(q, v)] = model.expected(key, name, qtype, v)
+                if canon == exp:
+                    ok = True
+                    if key and j > seen_version[key]:
+                        seen_version[key] = j
+                        if t_j > float("-inf"):
+                            stats.propagation.append(recv_at - t_j)
+                    break
+            if not ok:
+                if str(canon[0]).endswith("+TC"):
+                    stats.truncated += 1
+                stats.wrong += 1
+                if len(stats.examples) < 5:
+                    stats.examples.append({"query": f"{name} {dns_type(qtype)}", "got": _show(canon),
+                                           "acceptable": [_show(model.expected(key, name, qtype, v)) for t, v in versions[-3:]]})
+        # 5. queries unanswered for `timeout` are lost
+        if now - last_sweep > 0.1:
+            last_sweep = now
+            for key_, (q, sent_at) in list(outstanding.items()):
+                if now - sent_at > timeout:
+                    del outstanding[key_]
+                    stats.lost += 1
+        if not got:
+            time.sleep(0.0002)
+    for s in socks:
+        s.close()
+    results.put(("sender", index, stats.__dict__))
+
+
+def _show(canon: tuple) -> list:
+    return [canon[0], sorted(canon[1]) if isinstance(canon[1], frozenset) else canon[1], sorted(canon[2]) if len(canon) > 2 else []]
+
+
+# =========================================================================== running mcsdns
+
+
+def free_port() -> int:
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind(("127.0.0.1", 0))
+            port = u.getsockname()[1]
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                t.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port")
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def udp_drops(port: int) -> int:
+    """Datagrams the kernel dropped on the socket bound to `port` (receive buffer full), from /proc/net/udp."""
+    total = 0
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 12 and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                total += int(parts[-1])
+    return total
+
+
+def start_mcsdns(source_args: list[str], log_path: Path) -> tuple[subprocess.Popen, tuple[str, int], int]:
+    port, http = free_port(), free_port()
+    cmd = [sys.executable, "-m", "mcsdns", "serve", "--listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{http}",
+           "--lameduck", "0", "--upstream", "none", "--log-level", "WARNING", *source_args]  # fmt: skip
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return proc, ("127.0.0.1", port), http
+
+
+def wait_for_state(server: tuple[str, int], model: Model, state: dict[str, int], timeout: float) -> float:
+    """Until every key answers its current version (the server has the state the run starts from)."""
+    started = time.monotonic()
+    mix = model.queries()
+    pending = {q for q, (key, _, _) in enumerate(mix)}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(0.3)
+        while pending and time.monotonic() - started < timeout:
+            for q in list(pending):
+                key, name, qtype = mix[q]
+                try:
+                    s.sendto(query_wire(name, qtype), server)
+                    data = s.recv(65535)
+                except OSError:
+                    time.sleep(0.1)
+                    continue
+                if canonical(data) == model.expected(key, name, qtype, state.get(key, 0)):
+                    pending.discard(q)
+            if pending:
+                time.sleep(0.1)
+    if pending:
+        raise RuntimeError(f"mcsdns did not serve the initial state within {timeout}s: {[mix[q][1] for q in pending]}")
+    return time.monotonic() - started
+
+
+# =========================================================================== soak
+
+
+def run_phase(server, model, rate, window, seconds, state, writer_spec, interval, allowed_delay, timeout, senders, pid):
+    """One measured phase: senders (and the updater if `interval`); returns the merged result."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    start_at = time.monotonic() + 1.5  # every process is up before the clock starts
+    stop_at = start_at + seconds
+    # Versions travel on pipes, not queues: the updater's send() has reached the sender's pipe before the
+    # write it announces starts, so a sender never sees an answer from a version it has not been told of.
+    pipes = [ctx.Pipe(duplex=False) for _ in range(senders)] if interval else [(None, None)] * senders
+    procs = []
+    for i in range(senders):
+        per = None if rate is None else rate / senders
+        procs.append(ctx.Process(target=sender, args=(i, server, model, per, window, start_at, stop_at, dict(state), pipes[i][0],
+                                                      results, allowed_delay, timeout), daemon=True))  # fmt: skip
+    if interval:
+        procs.append(ctx.Process(target=updater, args=(writer_spec, model, interval, stop_at, start_at, dict(state),
+                                                       [w for _, w in pipes], results), daemon=True))  # fmt: skip
+    for p in procs:
+        p.start()
+    rss: list[tuple[float, int]] = []
+    while time.monotonic() < start_at:
+        time.sleep(0.05)
+    while time.monotonic() < stop_at:
+        if pid:
+            rss.append((round(time.monotonic() - start_at, 1), rss_kb(pid)))
+        time.sleep(min(1.0, max(0.0, stop_at - time.monotonic())))
+    if pid:
+        rss.append((round(time.monotonic() - start_at, 1), rss_kb(pid)))
+    merged = SenderStats().__dict__
+    merged["propagation"] = []
+    updates: dict = {}
+    errors: list[str] = []
+    want = senders + (1 if interval else 0)
+    deadline = time.monotonic() + timeout + allowed_delay + 30
+    while want and time.monotonic() < deadline:
+        try:
+            msg = results.get(timeout=1)
+        except queue_mod.Empty:
+            continue
+        if msg[0] == "sender":
+            for k, v in msg[2].items():
+                merged[k] = merged[k] + v
+            want -= 1
+        elif msg[0] == "updates":
+            updates = msg[1]
+            want -= 1
+        else:
+            errors.append(msg[1])
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.terminate()
+    if want:
+        raise RuntimeError(f"{want} soak process(es) did not report")
+    merged["seconds"] = seconds
+    merged["rss_kb"] = rss
+    merged["updates"] = updates
+    merged["update_errors"] = errors[:5]
+    return merged
+
+
+def soak(args: argparse.Namespace) -> dict:
+    model = Model(args.vips, args.headless, args.endpoints)
+    state = {k: 0 for k in model.keys()}
+    tmp = Path(tempfile.mkdtemp(prefix="mcsdns-soak-"))
+    testbed = None
+    proc = None
+    try:
+        if args.testbed:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from testbed import Testbed
+
+            testbed = Testbed()
+            testbed.start()
+            testbed.install_crd("v0.5.0")
+            args.kubeconfig = str(testbed.kubeconfig_path)
+        if args.kubeconfig:
+            writer_spec = ("api", args.kubeconfig)
+            source_args = ["--kubeconfig", args.kubeconfig]
+        else:
+            directory = Path(args.manifests) if args.manifests else tmp / "manifests"
+            directory.mkdir(parents=True, exist_ok=True)
+            writer_spec = ("manifests", str(directory))
+            source_args = ["--manifests", str(directory)]
+        make_writer(writer_spec, model).write(state, None)
+        if args.server:
+            host, _, port = args.server.rpartition(":")
+            server, pid = (host, int(port)), args.pid or 0
+        else:
+            proc, server, _ = start_mcsdns(source_args + list(args.mcsdns_arg or []), tmp / "mcsdns.log")
+            pid = proc.pid
+        settle = wait_for_state(server, model, state, timeout=60)
+        report: dict[str, Any] = {"mode": writer_spec[0], "server": f"{server[0]}:{server[1]}", "initial_sync_s": round(settle, 2)}
+        if args.rate:
+            maximum = None
+            rate = args.rate
+        else:
+            measured = run_phase(server, model, None, args.window, args.measure_seconds, state, writer_spec, 0,
+                                 args.allowed_delay, args.timeout, args.senders, pid)
+            maximum = measured["answered"] / args.measure_seconds
+            rate = maximum * args.rate_fraction
+            if args.max_rate:
+                rate = min(rate, args.max_rate)
+        report["max_qps"] = round(maximum) if maximum else None
+        report["rate_qps"] = round(rate)
+        drops_before = udp_drops(server[1])
+        result = run_phase(server, model, rate, args.window, args.duration, state, writer_spec, args.update_interval,
+                           args.allowed_delay, args.timeout, args.senders, pid)
+        result["server_socket_drops"] = udp_drops(server[1]) - drops_before
+        prop = sorted(result.pop("propagation"))
+        rss = result.pop("rss_kb")
+        report.update(result)
+        report["achieved_qps"] = round(result["sent"] / args.duration)
+        report["lost_pct"] = round(100 * result["lost"] / max(1, result["sent"]), 4)
+        report["propagation_s"] = {"n": len(prop), "p50": _q(prop, 0.5), "p99": _q(prop, 0.99), "max": _q(prop, 1.0)}
+        if rss:
+            values = [kb for _, kb in rss]
+            report["rss_mb"] = {"start": round(rss[0][1] / 1024, 1), "end": round(rss[-1][1] / 1024, 1),
+                                "min": round(min(values) / 1024, 1), "max": round(max(values) / 1024, 1),
+                                "second_half_growth": round((rss[-1][1] - rss[len(rss) // 2][1]) / 1024, 1)}  # fmt: skip
+        if proc is not None:
+            report["server_alive"] = proc.poll() is None
+            log_text = (tmp / "mcsdns.log").read_text(errors="replace")
+            report["server_tracebacks"] = log_text.count("Traceback")
+        return report
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if testbed is not None:
+            testbed.stop()
+
+
+def _q(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+
+
+def print_report(report: dict) -> None:
+    print(f"mode {report['mode']}, server {report['server']}: max {report['max_qps']} qps measured, "
+          f"soak at {report['rate_qps']} qps for {report['seconds']} s ({report['achieved_qps']} qps achieved)")
+    print(f"queries sent {report['sent']}, answered {report['answered']}, wrong {report['wrong']}, lost {report['lost']} "
+          f"({report['lost_pct']}%), late {report['late']}; the server's socket dropped {report['server_socket_drops']}")
+    print(f"updates {report['updates'].get('count')} (write p50 {report['updates'].get('write_p50_ms')} ms); "
+          f"propagation seen p50 {report['propagation_s']['p50']} s, p99 {report['propagation_s']['p99']} s, max {report['propagation_s']['max']} s")
+    if "rss_mb" in report:
+        r = report["rss_mb"]
+        print(f"server RSS start {r['start']} MB, end {r['end']} MB (min {r['min']}, max {r['max']}, second-half growth {r['second_half_growth']} MB)")
+    for example in report.get("examples", []):
+        print("WRONG:", json.dumps(example))
+    print(json.dumps(report))
+
+
+# =========================================================================== flood
+
+
+def flood_packets(rng: random.Random, count: int) -> list[bytes]:
+    """A mix: valid queries for real names, random names and types (the lazy-answer paths), garbage."""
+    names = [f"vip{i}.{NAMESPACE}.svc.{ZONE}." for i in range(4)] + [
+        "svc1.testns.svc.clusterset.local.", "hdls1.testns.svc.clusterset.local.", "many.testns.svc.clusterset.local.",
+        "_http._tcp.svc1.testns.svc.clusterset.local.", "clusterset.local."]  # fmt: skip
+    out = []
+    for n in range(count):
+        kind = n % 10
+        if kind < 5:
+            out.append(query_wire(rng.choice(names), rng.choice((A, AAAA, SRV, TXT))))
+        elif kind < 7:  # random existing-looking names and random types: exercises per-query answers
+            name = f"x{rng.randrange(10**9)}.c{rng.randrange(100)}.{rng.choice(names)}"
+            out.append(query_wire(name, rng.randrange(1, 65536)))
+        elif kind < 8:
+            out.append(query_wire(rng.choice(names), rng.randrange(1, 65536)))
+        else:  # garbage: headers that lie, noise
+            junk = bytearray(rng.randbytes(rng.randrange(0, 200)))
+            if len(junk) >= 12 and rng.random() < 0.5:
+                junk[2] &= 0x7F  # looks like a query
+            out.append(bytes(junk))
+    return out
+
+
+def flood_worker(index: int, server: tuple[str, int], seconds: float, max_packets: int, results: Any) -> None:
+    rng = random.Random(1000 + index)
+    packets = flood_packets(rng, 4096)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    sent = dropped = 0
+    started = time.monotonic()
+    end = started + seconds
+    i = 0
+    while sent + dropped < max_packets and time.monotonic() < end:
+        for _ in range(256):
+            try:
+                s.sendto(packets[i & 4095], server)
+                sent += 1
+            except (BlockingIOError, ConnectionRefusedError):
+                dropped += 1
+            i += 1
+    results.put((sent, dropped, time.monotonic() - started))
+
+
+def flood(server: tuple[str, int], seconds: float, processes: int, max_packets: int) -> dict:
+    """`processes` senders for at most `seconds` and `max_packets` each; returns what was sent."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=flood_worker, args=(i, server, seconds, max_packets, results), daemon=True) for i in range(processes)]
+    for p in procs:
+        p.start()
+    sent = dropped = 0
+    longest = 0.0
+    for _ in procs:
+        s, d, t = results.get(timeout=seconds + 30)
+        sent, dropped, longest = sent + s, dropped + d, max(longest, t)
+    for p in procs:
+        p.join(5)
+    return {"sent": sent, "send_errors": dropped, "seconds": round(longest, 2), "pps": round(sent / max(longest, 1e-9))}
+
+
+# =========================================================================== command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("soak", help="steady queries while the state changes; every answer checked")
+    s.add_argument("--duration", type=float, default=300.0, help="seconds of soak (default 300)")
+    s.add_argument("--rate", type=float, default=0.0, help="queries per second (default: --rate-fraction of the measured maximum)")
+    s.add_argument("--rate-fraction", type=float, default=0.7, help="fraction of the measured maximum to send (default 0.7)")
+    s.add_argument("--max-rate", type=float, default=0.0, help="cap on the rate computed from the maximum (0: none)")
+    s.add_argument("--measure-seconds", type=float, default=5.0, help="length of the maximum-rate measurement")
+    s.add_argument("--window", type=int, default=64, help="outstanding queries per socket while measuring the maximum")
+    s.add_argument("--senders", type=int, default=2, help="sender processes")
+    s.add_argument("--update-interval", type=float, default=0.1, help="seconds between state changes (default 0.1)")
+    s.add_argument("--allowed-delay", type=float, default=0.0,
+                   help="propagation allowance in seconds (default: 3 for manifests, which mcsdns polls each second; 1 for the API)")
+    s.add_argument("--timeout", type=float, default=2.0, help="a query unanswered this long is lost")
+    s.add_argument("--vips", type=int, default=4)
+    s.add_argument("--headless", type=int, default=4)
+    s.add_argument("--endpoints", type=int, default=4, help="at most this many endpoints per headless service")
+    s.add_argument("--manifests", help="directory mcsdns reads (default: a temporary one)")
+    s.add_argument("--kubeconfig", help="drive a Kubernetes API instead of manifests")
+    s.add_argument("--testbed", action="store_true", help="start the repository's etcd + kube-apiserver and drive it")
+    s.add_argument("--server", help="HOST:PORT of an mcsdns already reading the same source (default: start one)")
+    s.add_argument("--pid", type=int, help="its PID, for RSS")
+    s.add_argument("--mcsdns-arg", action="append", help="extra flag for the mcsdns the checker starts (repeatable)")
+    s.add_argument("--json", help="also write the report here")
+    f = sub.add_parser("flood", help="UDP flood, bounded in time and count")
+    f.add_argument("server", help="HOST:PORT")
+    f.add_argument("--seconds", type=float, default=3.0)
+    f.add_argument("--processes", type=int, default=2)
+    f.add_argument("--max-packets", type=int, default=2_000_000, help="per process")
+    args = parser.parse_args(argv)
+    if args.command == "flood":
+        host, _, port = args.server.rpartition(":")
+        print(json.dumps(flood((host, int(port)), args.seconds, args.processes, args.max_packets)))
+        return 0
+    if not args.allowed_delay:
+        args.allowed_delay = 1.0 if (args.kubeconfig or args.testbed) else 3.0
+    report = soak(args)
+    print_report(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    ok = report["wrong"] == 0 and report["lost_pct"] < 0.1
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
