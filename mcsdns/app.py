@@ -60,6 +60,7 @@ class App:
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()
         self.stop_event = asyncio.Event()
+        self.failure: BaseException | None = None  # a root task that died; the CLI exits 1
         self.store = Store()
         self.table = Table(
             TableConfig(config.zones, config.ttl, config.namespaces, advertised_addresses(config)), self.store
@@ -167,6 +168,7 @@ class App:
         def done(t: asyncio.Task) -> None:
             if not t.cancelled() and t.exception() is not None:
                 log.error("%s task failed: %r; stopping", name, t.exception(), exc_info=t.exception())
+                self.failure = t.exception()
                 self.stop_event.set()
 
         task.add_done_callback(done)

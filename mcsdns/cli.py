@@ -186,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
+    except SourceFailed as exc:
+        log.error("stopped after a failure: %s", exc)
+        return 1
     return 0
 
 
@@ -302,6 +305,12 @@ async def _serve(config: Config) -> None:
         loop.add_signal_handler(sig, on_stop)
     loop.add_signal_handler(signal.SIGHUP, app.reload)
     await app.run()
+    if app.failure is not None:
+        raise SourceFailed(f"{type(app.failure).__name__}: {app.failure}")
+
+
+class SourceFailed(RuntimeError):
+    """A root task (the source) died after start-up; the process exits 1."""
 
 
 if __name__ == "__main__":

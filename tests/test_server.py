@@ -354,3 +354,15 @@ def test_python_dash_m_and_default_examples():
 
 
 
+
+
+def test_unusable_kubeconfig_exits_1_with_the_reason(tmp_path):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "mcsdns", "serve", "--kubeconfig", str(bad), "--listen", "127.0.0.1:0",
+         "--http-listen", "127.0.0.1:0", "--lameduck", "0", "--upstream", "none"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "cannot load the Kubernetes client configuration" in result.stderr
