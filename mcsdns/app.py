@@ -15,7 +15,6 @@ import logging
 import os
 import socket
 import time
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 

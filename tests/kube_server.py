@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dns.rcode
 
-from serverproc import Server
+from serverproc import Server, eventually  # noqa: F401  (re-exported for the kube tests)
 from testbed import Testbed
 
 MCS = "multicluster.x-k8s.io"
@@ -33,22 +32,6 @@ CLUSTER_ROLE_RULES = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
 ]
 
-T = TypeVar("T")
-
-
-def eventually(check: Callable[[], T], timeout: float = 15.0, interval: float = 0.05,
-               what: str | Callable[[], str] = "") -> T:
-    """Poll `check` until it returns something truthy; fail with the last value and `what`."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            raise AssertionError(f"{text or 'condition'} not met within {timeout}s (last: {last!r})")
-        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------- objects

@@ -16,12 +16,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 import dns.message
 import dns.query
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+T = TypeVar("T")
 
 
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:
@@ -38,6 +40,21 @@ def free_port(kind: int = socket.SOCK_DGRAM) -> int:
         except OSError:
             continue
     raise RuntimeError("no free port")
+
+
+def eventually(check: Callable[[], T], timeout: float = 15.0, interval: float = 0.05,
+               what: str | Callable[[], str] = "") -> T:
+    """Poll `check` until it returns something truthy; fail with the last value and `what`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            text = what() if callable(what) else what
+            raise AssertionError(f"{text or 'condition'} not met within {timeout}s (last: {last!r})")
+        time.sleep(interval)
 
 
 class Server:

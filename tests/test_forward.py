@@ -21,7 +21,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from serverproc import ROOT, free_port
+from serverproc import ROOT, eventually, free_port
 from upstreams import Fake, Knot, Mcsdns, dead_port
 
 from mcsdns.config import Config
@@ -41,15 +41,6 @@ def metric(server: Mcsdns, name: str, **labels: str) -> float | None:
     return None
 
 
-def eventually(check, timeout: float = 5.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")

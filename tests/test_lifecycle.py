@@ -23,7 +23,7 @@ import dns.query
 import dns.rcode
 import dns.rrset
 
-from serverproc import ROOT
+from serverproc import ROOT, eventually
 from upstreams import Fake, Mcsdns
 
 from mcsdns.querylog import QueryLog, RateLimitedLog, format_line
@@ -33,15 +33,6 @@ from mcsdns.wire import parse_query
 WEB = "web.demo.svc.clusterset.local."
 
 
-def eventually(check, timeout: float = 5.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def exit_code(server: Mcsdns, timeout: float) -> int:

@@ -11,7 +11,6 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import dns.exception
 import dns.flags

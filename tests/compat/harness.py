@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from serverproc import Server
+from serverproc import eventually as _eventually
 from testbed import ApiError, Testbed
 
 from . import compare
@@ -161,11 +161,5 @@ class World:
 
 
 def eventually(check, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s (last: {value!r})")
-        time.sleep(interval)
+    """The shared poller with the slower defaults two servers syncing from one API need."""
+    return _eventually(check, timeout, interval, what)
