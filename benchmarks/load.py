@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 LOSS_LIMIT = 0.001  # a passing step loses under 0.1% of its queries
+WARMUP = 0.5  # seconds of a latency run whose samples are dropped
 ACHIEVED = 0.97  # ... and sends at least 97% of the asked rate
 
 
@@ -69,8 +70,9 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
         argv += ["-Q", str(max(1, int(rate)))]
     if verbose:
         argv.append("-v")
-    if cpu is not None and shutil.which("taskset"):
-        argv = ["taskset", "-c", cpu, *argv]
+    from .servers import prefix
+
+    argv = prefix(cpu) + argv
     before = meter() if meter else 0.0
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + timeout + 30)
@@ -199,9 +201,10 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
         return cap
     cap.max_qps = best.qps
     cap.cpu_per_100k = best.cpu_per_100k
-    lat = dnsperf(port, qfile, seconds=latency_seconds, rate=best.qps * 0.5, outstanding=1000, verbose=True,
+    rate = best.qps * 0.5
+    lat = dnsperf(port, qfile, seconds=latency_seconds + WARMUP, rate=rate, outstanding=1000, verbose=True,
                   cpu=cpu, meter=meter, timeout=timeout)
-    values = lat.latencies or []
+    values = (lat.latencies or [])[int(rate * WARMUP):]  # dnsperf's own start-up is not the server's latency
     cap.p50, cap.p99, cap.p999 = (percentile(values, q) for q in (0.50, 0.99, 0.999))
     cap.latency_loss = lat.loss
     cap.rcodes = lat.rcodes

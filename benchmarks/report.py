@@ -131,8 +131,8 @@ def markdown(results: dict) -> str:
            f"(`{env['merged']['command']}`)"] if env.get("merged", {}).get("sections") else []),
         f"- Machine: {env.get('cpus', '?')} CPUs ({env.get('cpu_model', '?')}); load average {env.get('loadavg_at_start', '?')} at start, "
         f"{env.get('loadavg_at_end', '?')} at end",
-        f"- Pinning: each server on CPU {env.get('server_cpu')}, dnsperf on CPU {env.get('load_cpu')} (taskset); "
-        "one server runs at a time",
+        f"- Pinning: each server on CPU {env.get('server_cpu')}, dnsperf on CPU {env.get('load_cpu')} (taskset), "
+        f"nice {env.get('nice', 0)}; one server runs at a time",
         f"- Peers: {env.get('coredns', '?')}; {env.get('knotd', '?')}; load generator {env.get('dnsperf', '?')}; Python {env.get('python', '?')}",
         "",
     ]
@@ -209,8 +209,11 @@ def markdown(results: dict) -> str:
                     f"{row['imports']:,}", NAMES.get(label, label), _f(r.get("sync_seconds"), "{:.2f}"),
                     _f(r.get("steady_rss_mb") or r.get("rss_mb"), "{:.0f}"), _f(r.get("relist_peak_mb"), "{:.0f}"),
                     _f(r.get("relist_peak_ratio"), "{:.2f}x"), _f(r.get("change_p50_ms"), "{:.1f}"),
-                    _f(r.get("max_qps"), "{:,.0f}"), _f(r.get("p99_us"), "{:.0f}"),
+                    _f(r.get("max_qps"), "{:,.0f}") + (" †" if noisy(r) else ""), _f(r.get("p99_us"), "{:.0f}"),
                 ]) + " |")
+        if any(noisy(row.get(l)) for row in scale for l in ("mcsdns-api", "mcsdns", "coredns")):
+            lines += ["", f"† other processes used more than {NOISY:.0%} of the server's CPU during the rate and latency "
+                      "measurement: re-run on a quiet machine."]
         lines.append("")
     prop = results.get("propagation", {})
     if prop:

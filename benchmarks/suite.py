@@ -71,7 +71,7 @@ class Options:
     server_cpu: str | None = "1"
     load_cpu: str | None = "0"
     timeout: float = 1.0
-    retries: int = 2  # re-measure a server x mix this often while other processes disturbed it (keep the cleanest)
+    retries: int = 1  # re-measure a server x mix this often while other processes disturbed it (keep the cleanest)
     quiet_wait: float = 30.0  # before each measurement, wait up to this long for the server's CPU to be idle
     skip_throughput: bool = False
     skip_scale: bool = False
@@ -125,6 +125,7 @@ def environment(opts: Options, coredns_bin: Path | None) -> dict:
         "dnsperf": _dnsperf_version(),
         "knotd": _version([shutil.which("knotd") or "knotd", "--version"]),
         "coredns": _version([str(coredns_bin), "-version"]) if coredns_bin else "not found",
+        "nice": __import__("benchmarks.servers", fromlist=["NICE"]).NICE,
         "server_cpu": opts.server_cpu,
         "load_cpu": opts.load_cpu,
         "smoke": opts.smoke,
@@ -265,7 +266,9 @@ class Suite:
                             cap = got
                         if (cap.interference or 0) <= NOISY:
                             break
-                        log(f"{label} {mix}: other processes took {cap.interference:.0%} of the server's CPU; measuring again")
+                        if attempt < o.retries:
+                            log(f"{label} {mix}: other processes took {got.interference:.0%} of the server's CPU; "
+                                "measuring again")
                     self.results["throughput"].setdefault(mix, {})[label] = asdict(cap)
                     log(f"{label:>11} {mix:<14} max {cap.max_qps:9.0f} qps  p99 {_us(cap.p99)}  "
                         f"cpu/100k {cap.cpu_per_100k or 0:.2f}s  noise {cap.interference}  rcodes {cap.rcodes}" + (f"  ERROR {cap.error}" if cap.error else ""))

@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import random
-import socket
 import struct
 import subprocess
 import sys

@@ -27,6 +27,7 @@ import yaml
 
 from cases import MAIN, Z, check, make_query
 from serverproc import FIXTURES, ROOT, Server
+from upstreams import Fake, Mcsdns
 
 SOAK = ROOT / "tools" / "soak.py"
 
@@ -277,9 +278,6 @@ def test_pipelined_queries_answered_in_any_order_with_their_ids(manifests, tmp_p
     """RFC 7766 6.2.1.1: 300 queries on one connection, sent in chunks that split frames anywhere, some
     forwarded to a slow upstream so their answers overtake nothing: every reply carries its query's ID and
     question, and the forwarded ones arrive after later in-zone ones."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from upstreams import Fake, Mcsdns
-
     with Fake(delay=0.3) as upstream, Mcsdns("--manifests", str(manifests), "--namespaces", "testns", "--upstream", upstream.addr,
                                              "--upstream-timeout", "3s") as s:  # fmt: skip
         cases = [c for c in MAIN if c.rcode == "NOERROR"][:20]
@@ -449,9 +447,6 @@ def test_forwarding_to_a_dead_upstream_stays_bounded(manifests):
     """An upstream that swallows everything: 400 out-of-zone queries in a burst. At most --max-concurrent wait
     (the rest are REFUSED at once), each waiting one gets SERVFAIL after --upstream-timeout, in-zone names
     are answered meanwhile, and nothing is left in flight or in memory afterwards."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from upstreams import Fake, Mcsdns
-
     with Fake(mode="swallow") as upstream, Mcsdns("--manifests", str(manifests), "--namespaces", "testns", "--upstream", upstream.addr,
                                                   "--upstream-timeout", "1s", "--max-concurrent", "50") as s:  # fmt: skip
         rss_before = rss_mb(s.proc.pid)

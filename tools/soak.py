@@ -35,7 +35,6 @@ import queue as queue_mod
 import random
 import signal
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -489,6 +488,15 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` so far (from /proc/PID/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def udp_drops(port: int) -> int:
     """Datagrams the kernel dropped on the socket bound to `port` (receive buffer full), from /proc/net/udp."""
     total = 0
@@ -561,11 +569,15 @@ def run_phase(server, model, rate, window, seconds, state, writer_spec, interval
     for p in procs:
         p.start()
     rss: list[tuple[float, int]] = []
+    drops: list[int] = []  # the server socket's drops, sampled every second: bursts vs a steady shortfall
+    cpu: list[float] = []  # the server's CPU seconds: busy elsewhere (high) or starved (low) when it dropped
     while time.monotonic() < start_at:
         time.sleep(0.05)
     while time.monotonic() < stop_at:
         if pid:
             rss.append((round(time.monotonic() - start_at, 1), rss_kb(pid)))
+        drops.append(udp_drops(server[1]))
+        cpu.append(cpu_seconds(pid) if pid else 0.0)
         time.sleep(min(1.0, max(0.0, stop_at - time.monotonic())))
     if pid:
         rss.append((round(time.monotonic() - start_at, 1), rss_kb(pid)))
@@ -597,6 +609,14 @@ def run_phase(server, model, rate, window, seconds, state, writer_spec, interval
         raise RuntimeError(f"{want} soak process(es) did not report")
     merged["seconds"] = seconds
     merged["rss_kb"] = rss
+    per_second = [b - a for a, b in zip(drops, drops[1:])]
+    merged["drop_seconds"] = sum(1 for d in per_second if d)  # seconds in which the server's socket dropped any
+    merged["worst_drop_second"] = max(per_second, default=0)
+    cpu_per_second = [round(100 * (b - a)) for a, b in zip(cpu, cpu[1:])]
+    worst = sorted(range(len(per_second)), key=lambda i: -per_second[i])[:8]
+    # (second, datagrams dropped, server CPU % in that second), the worst seconds first
+    merged["drop_detail"] = [(i, per_second[i], cpu_per_second[i]) for i in worst if per_second[i]]
+    merged["server_cpu_pct_median"] = sorted(cpu_per_second)[len(cpu_per_second) // 2] if cpu_per_second else None
     merged["updates"] = updates
     merged["update_errors"] = errors[:5]
     return merged
@@ -688,7 +708,8 @@ def print_report(report: dict) -> None:
     print(f"mode {report['mode']}, server {report['server']}: max {report['max_qps']} qps measured, "
           f"soak at {report['rate_qps']} qps for {report['seconds']} s ({report['achieved_qps']} qps achieved)")
     print(f"queries sent {report['sent']}, answered {report['answered']}, wrong {report['wrong']}, lost {report['lost']} "
-          f"({report['lost_pct']}%), late {report['late']}; the server's socket dropped {report['server_socket_drops']}")
+          f"({report['lost_pct']}%), late {report['late']}; the server's socket dropped {report['server_socket_drops']} "
+          f"(in {report['drop_seconds']} of {int(report['seconds'])} seconds, at most {report['worst_drop_second']} in one)")
     print(f"updates {report['updates'].get('count')} (write p50 {report['updates'].get('write_p50_ms')} ms); "
           f"propagation seen p50 {report['propagation_s']['p50']} s, p99 {report['propagation_s']['p99']} s, max {report['propagation_s']['max']} s")
     if "rss_mb" in report:
