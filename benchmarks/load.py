@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +133,9 @@ class Capacity:
     # CPU time other processes took on the server's CPUs during the measurement, as a fraction of its
     # wall time: a figure measured with more than a few percent of it is noisy and should be re-run.
     interference: float | None = None
+    # The same for dnsperf's CPUs (dnsperf's own CPU time subtracted): a stalled load generator
+    # delays the replies it reads, which shows up as server latency.
+    load_interference: float | None = None
     attempts: int = 1  # measurements made (the least disturbed one is kept)
     waited_for_quiet: float = 0.0  # seconds waited for the server's CPU to be idle first
 
@@ -142,16 +144,29 @@ def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | No
             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
             server_cpus: str | None = None) -> Capacity:
     """Max sustained rate, CPU per 100k and latency at half of it (module docstring), with an interference check."""
-    from . import procstat
+    import resource
     import time
 
+    from . import procstat
+
+    def children_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)  # dnsperf runs are the only children reaped meanwhile
+        return r.ru_utime + r.ru_stime
+
     cores = procstat.cpu_list(server_cpus) if server_cpus else None
-    wall0, busy0, own0 = time.monotonic(), procstat.busy_seconds(cores) if cores else 0.0, meter()
+    load_cores = procstat.cpu_list(cpu) if cpu and server_cpus else None
+    wall0, own0, gen0 = time.monotonic(), meter(), children_cpu()
+    busy0 = procstat.busy_seconds(cores) if cores else 0.0
+    lbusy0 = procstat.busy_seconds(load_cores) if load_cores else 0.0
     cap = _measure(port, qfile, meter=meter, cpu=cpu, probe_seconds=probe_seconds, step_seconds=step_seconds,
                    steps=steps, latency_seconds=latency_seconds, timeout=timeout)
+    wall = max(time.monotonic() - wall0, 1e-9)
     if cores:
         foreign = (procstat.busy_seconds(cores) - busy0) - (meter() - own0)
-        cap.interference = round(max(0.0, foreign) / max(time.monotonic() - wall0, 1e-9) / len(cores), 4)
+        cap.interference = round(max(0.0, foreign) / wall / len(cores), 4)
+    if load_cores:
+        foreign = (procstat.busy_seconds(load_cores) - lbusy0) - (children_cpu() - gen0)
+        cap.load_interference = round(max(0.0, foreign) / wall / len(load_cores), 4)
     return cap
 
 

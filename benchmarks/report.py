@@ -16,7 +16,7 @@ NOISY = 0.05  # other processes took more than 5% of the server's CPU during a m
 
 
 def noisy(d: dict | None) -> bool:
-    return bool(d) and (d.get("interference") or 0) > NOISY
+    return bool(d) and max(d.get("interference") or 0, d.get("load_interference") or 0) > NOISY
 
 
 def _servers(results: dict) -> list[str]:
@@ -157,9 +157,10 @@ def markdown(results: dict) -> str:
             for label, peer in ratio_cols:
                 row.append(_f(ratio(results, mix, label, peer), "{:.2f}x"))
             lines.append("| " + " | ".join(row) + " |")
-        noisy_cells = [(mix, s, _get(results, mix, s)["interference"]) for mix in mixes for s in servers if noisy(_get(results, mix, s))]
+        noisy_cells = [(mix, s, max(_get(results, mix, s).get("interference") or 0, _get(results, mix, s).get("load_interference") or 0))
+                       for mix in mixes for s in servers if noisy(_get(results, mix, s))]
         if noisy_cells:
-            lines += ["", f"† other processes used more than {NOISY:.0%} of the server's CPU during this measurement "
+            lines += ["", f"† other processes used more than {NOISY:.0%} of the server's (or dnsperf's) CPU during this measurement "
                       "(machine not quiet): re-run these on a quiet machine: "
                       + ", ".join(f"{NAMES.get(s, s)}/{mix} ({v:.0%})" for mix, s, v in noisy_cells)]
         lines += ["", "Latency at 50% of each server's max rate, p50 / p99 / p99.9 in microseconds:", ""]
