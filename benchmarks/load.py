@@ -136,13 +136,15 @@ class Capacity:
     # The same for dnsperf's CPUs (dnsperf's own CPU time subtracted): a stalled load generator
     # delays the replies it reads, which shows up as server latency.
     load_interference: float | None = None
+    # Share of the wall time the server's threads were runnable but waiting for a CPU (schedstat).
+    run_delay: float | None = None
     attempts: int = 1  # measurements made (the least disturbed one is kept)
     waited_for_quiet: float = 0.0  # seconds waited for the server's CPU to be idle first
 
 
 def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
-            server_cpus: str | None = None) -> Capacity:
+            server_cpus: str | None = None, delay: Callable[[], float] | None = None) -> Capacity:
     """Max sustained rate, CPU per 100k and latency at half of it (module docstring), with an interference check."""
     import resource
     import time
@@ -156,11 +158,14 @@ def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | No
     cores = procstat.cpu_list(server_cpus) if server_cpus else None
     load_cores = procstat.cpu_list(cpu) if cpu and server_cpus else None
     wall0, own0, gen0 = time.monotonic(), meter(), children_cpu()
+    delay0 = delay() if delay else 0.0
     busy0 = procstat.busy_seconds(cores) if cores else 0.0
     lbusy0 = procstat.busy_seconds(load_cores) if load_cores else 0.0
     cap = _measure(port, qfile, meter=meter, cpu=cpu, probe_seconds=probe_seconds, step_seconds=step_seconds,
                    steps=steps, latency_seconds=latency_seconds, timeout=timeout)
     wall = max(time.monotonic() - wall0, 1e-9)
+    if delay:
+        cap.run_delay = round((delay() - delay0) / wall, 4)
     if cores:
         foreign = (procstat.busy_seconds(cores) - busy0) - (meter() - own0)
         cap.interference = round(max(0.0, foreign) / wall / len(cores), 4)

@@ -107,3 +107,21 @@ def busy_seconds(cpus: list[int]) -> float:
     except OSError:
         return 0.0
     return total / CLK_TCK
+
+
+def run_delay_seconds(pids: list[int]) -> float:
+    """Time these processes' threads spent runnable but waiting for a CPU (/proc/PID/task/*/schedstat).
+
+    For a pinned server this is the direct measure of interference: queries wait while it waits.
+    """
+    total = 0
+    for pid in pids:
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                try:
+                    total += int((task / "schedstat").read_text().split()[1])
+                except (OSError, IndexError, ValueError):
+                    pass
+        except OSError:
+            pass
+    return total / 1e9

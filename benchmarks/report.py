@@ -16,7 +16,12 @@ NOISY = 0.05  # other processes took more than 5% of the server's CPU during a m
 
 
 def noisy(d: dict | None) -> bool:
-    return bool(d) and max(d.get("interference") or 0, d.get("load_interference") or 0) > NOISY
+    return bool(d) and noise(d) > NOISY
+
+
+def noise(d: dict) -> float:
+    """The worse of: foreign CPU on the server's core, on dnsperf's core."""
+    return max(d.get("interference") or 0, d.get("load_interference") or 0)
 
 
 def _servers(results: dict) -> list[str]:
@@ -157,8 +162,7 @@ def markdown(results: dict) -> str:
             for label, peer in ratio_cols:
                 row.append(_f(ratio(results, mix, label, peer), "{:.2f}x"))
             lines.append("| " + " | ".join(row) + " |")
-        noisy_cells = [(mix, s, max(_get(results, mix, s).get("interference") or 0, _get(results, mix, s).get("load_interference") or 0))
-                       for mix in mixes for s in servers if noisy(_get(results, mix, s))]
+        noisy_cells = [(mix, s, noise(_get(results, mix, s))) for mix in mixes for s in servers if noisy(_get(results, mix, s))]
         if noisy_cells:
             lines += ["", f"† other processes used more than {NOISY:.0%} of the server's (or dnsperf's) CPU during this measurement "
                       "(machine not quiet): re-run these on a quiet machine: "

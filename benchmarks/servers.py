@@ -144,6 +144,9 @@ class Server:
     def rss_mb(self) -> float:
         return procstat.rss_mb(self.pids())
 
+    def run_delay(self) -> float:
+        return procstat.run_delay_seconds(self.pids())
+
     def stop(self, grace: float = 10.0) -> None:
         if self.proc is None:
             return

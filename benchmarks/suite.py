@@ -264,19 +264,18 @@ class Suite:
                         waited = wait_quiet(server.cpu, o.quiet_wait)
                         got = load.measure(server.port, qfiles[mix], meter=server.cpu_seconds, cpu=o.load_cpu,
                                            probe_seconds=o.probe_seconds, step_seconds=o.step_seconds, steps=o.steps,
-                                           latency_seconds=o.latency_seconds, timeout=o.timeout, server_cpus=server.cpu)
+                                           latency_seconds=o.latency_seconds, timeout=o.timeout, server_cpus=server.cpu,
+                                           delay=server.run_delay)
                         got.attempts, got.waited_for_quiet = attempt + 1, round(waited, 1)
-                        if cap is None or max(got.interference or 0, got.load_interference or 0) < max(
-                                cap.interference or 0, cap.load_interference or 0):
+                        if cap is None or _noise(got) < _noise(cap):
                             cap = got
-                        if max(cap.interference or 0, cap.load_interference or 0) <= NOISY:
+                        if _noise(cap) <= NOISY:
                             break
                         if attempt < o.retries:
-                            log(f"{label} {mix}: other processes took {got.interference:.0%} of the server's CPU; "
-                                "measuring again")
+                            log(f"{label} {mix}: disturbed by other processes ({_noise(got):.0%}); measuring again")
                     self.results["throughput"].setdefault(mix, {})[label] = asdict(cap)
                     log(f"{label:>11} {mix:<14} max {cap.max_qps:9.0f} qps  p99 {_us(cap.p99)}  "
-                        f"cpu/100k {cap.cpu_per_100k or 0:.2f}s  noise {cap.interference}/{cap.load_interference}  rcodes {cap.rcodes}" + (f"  ERROR {cap.error}" if cap.error else ""))
+                        f"cpu/100k {cap.cpu_per_100k or 0:.2f}s  noise {cap.interference}/{cap.load_interference} runq {cap.run_delay}  rcodes {cap.rcodes}" + (f"  ERROR {cap.error}" if cap.error else ""))
                 info["rss_mb_after"] = round(server.rss_mb(), 1)
             except Exception as exc:  # noqa: BLE001 - one server's failure is reported, the run goes on
                 self.error(f"throughput {label}", exc, server)
@@ -406,10 +405,11 @@ class Suite:
                         cap = load.measure(s.port, qfile, meter=s.cpu_seconds, cpu=o.load_cpu,
                                            probe_seconds=o.probe_seconds, step_seconds=o.scale_step_seconds,
                                            steps=o.scale_steps, latency_seconds=o.scale_step_seconds,
-                                           timeout=o.timeout, server_cpus=s.cpu)
+                                           timeout=o.timeout, server_cpus=s.cpu, delay=s.run_delay)
                     row[label]["max_qps"] = round(cap.max_qps)
                     row[label]["interference"] = cap.interference
                     row[label]["load_interference"] = cap.load_interference
+                    row[label]["run_delay"] = cap.run_delay
                     row[label]["p99_us"] = _us_num(cap.p99)
                     row[label]["cpu_per_100k"] = cap.cpu_per_100k
                     log(f"scale {size} {label}: {cap.max_qps:.0f} qps")
@@ -473,6 +473,12 @@ class Suite:
         self.results["environment"]["loadavg_at_end"] = round(os.getloadavg()[0], 2)
         self.results["environment"]["seconds"] = round(time.monotonic() - started, 1)
         return self.results
+
+
+def _noise(cap: load.Capacity) -> float:
+    """Foreign CPU on the server's or dnsperf's core. (run_delay is kept as information only: for a
+    multi-threaded server pinned to one core it also counts its own threads waiting for each other.)"""
+    return max(cap.interference or 0, cap.load_interference or 0)
 
 
 class own_cpu:
