@@ -3,8 +3,7 @@
 * `Mcsdns`: `python -m mcsdns serve` from a manifest file or a kubeconfig.
 * `CoreDns`: the testbed's trimmed CoreDNS 1.14.x, `kubernetes` plugin with
   `multicluster`, reading the testbed's kube-apiserver (the Corefile of
-  /work/shared/spec/k8s-testbed.md; the trimmed build has no `bind` plugin,
-  so it listens on every interface, and is only ever queried on 127.0.0.1).
+  shared/spec/k8s-testbed.md, bound to 127.0.0.1).
 * `Knot`: knotd with a static zone file.
 
 Every process is stopped by its PID (SIGTERM, then SIGKILL), and the kernel
@@ -229,6 +228,7 @@ class CoreDns(Server):
         path = self.workdir / f"{self.label}.Corefile"
         path.write_text(
             f".:{self.port} {{\n"
+            "    bind 127.0.0.1\n"
             "    errors\n"
             f"    ready 127.0.0.1:{self.ready_port}\n"
             f"    prometheus 127.0.0.1:{self.metrics_port}\n"

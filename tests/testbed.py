@@ -12,7 +12,7 @@ The module talks to the API server with nothing but the standard library (raw
 JSON over HTTPS with the admin client certificate), so a test sees exactly what
 a client sees on the wire: status codes, ``Status`` bodies and watch events.
 
-See ``/work/shared/spec/k8s-testbed.md`` (kept in the project notes) for the
+See ``shared/spec/k8s-testbed.md`` (kept in the project notes) for the
 recipe and its traps.
 """
 
