@@ -57,6 +57,19 @@ def eventually(check: Callable[[], T], timeout: float = 15.0, interval: float = 
         time.sleep(interval)
 
 
+def headless_service(namespace: str, name: str, endpoints: list[dict], cluster: str = "c1") -> list[dict]:
+    """A headless ServiceImport and one MCS EndpointSlice (port http/TCP/80) as manifest objects."""
+    http = [{"name": "http", "protocol": "TCP", "port": 80}]
+    labels = {"multicluster.kubernetes.io/service-name": name, "multicluster.kubernetes.io/source-cluster": cluster}
+    return [
+        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+         "metadata": {"name": name, "namespace": namespace}, "spec": {"type": "Headless", "ports": http}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+         "metadata": {"name": f"{name}-1", "namespace": namespace, "labels": labels},
+         "endpoints": endpoints, "ports": http},
+    ]  # fmt: skip
+
+
 class Server:
     """`mcsdns serve ARGS` on 127.0.0.1:<dns_port>, admin on 127.0.0.1:<http_port>."""
 

@@ -64,7 +64,7 @@ from mcsdns.store import Store  # noqa: E402
 from mcsdns.table import Table, TableConfig  # noqa: E402
 from mcsdns.transport import DnsServer, Listener, TcpLimits  # noqa: E402
 from mcsdns.wire import error_reply  # noqa: E402
-from serverproc import FIXTURES, ROOT, Server  # noqa: E402
+from serverproc import FIXTURES, ROOT, Server, headless_service  # noqa: E402
 
 FUZZ_INPUTS = int(os.environ.get("MCSDNS_FUZZ_INPUTS", "100000"))
 FUZZ_SEED = int(os.environ.get("MCSDNS_FUZZ_SEED", "1645"))
@@ -81,14 +81,7 @@ def big_service_manifest(directory: Path) -> Path:
     """A headless service with 120 endpoints in `testns`: answers far beyond 512 bytes (truncation)."""
     endpoints = [{"addresses": [f"10.20.{i // 200}.{i % 200 + 1}"], "hostname": f"pod-{i}"} for i in range(100)]
     endpoints += [{"addresses": [f"fd00::{i:x}"]} for i in range(20)]
-    docs = [
-        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport", "metadata": {"name": "many", "namespace": "testns"},
-         "spec": {"type": "Headless", "ports": [{"name": "http", "protocol": "TCP", "port": 80}]}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-         "metadata": {"name": "many-1", "namespace": "testns", "labels": {
-             "multicluster.kubernetes.io/service-name": "many", "multicluster.kubernetes.io/source-cluster": "c1"}},
-         "endpoints": endpoints, "ports": [{"name": "http", "protocol": "TCP", "port": 80}]},
-    ]  # fmt: skip
+    docs = headless_service("testns", "many", endpoints)
     path = directory / "big.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     return path

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from cases import MAIN, Z, check, make_query
-from serverproc import FIXTURES, ROOT, Server
+from serverproc import FIXTURES, ROOT, Server, headless_service
 from upstreams import Fake, Mcsdns
 
 SOAK = ROOT / "tools" / "soak.py"
@@ -38,14 +38,7 @@ def manifests(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("overload")
     shutil.copy(FIXTURES / "contract.yaml", directory / "contract.yaml")
     endpoints = [{"addresses": [f"10.20.0.{i + 1}"], "hostname": f"pod-{i}"} for i in range(100)]
-    docs = [
-        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport", "metadata": {"name": "many", "namespace": "testns"},
-         "spec": {"type": "Headless", "ports": [{"name": "http", "protocol": "TCP", "port": 80}]}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-         "metadata": {"name": "many-1", "namespace": "testns", "labels": {
-             "multicluster.kubernetes.io/service-name": "many", "multicluster.kubernetes.io/source-cluster": "c1"}},
-         "endpoints": endpoints, "ports": [{"name": "http", "protocol": "TCP", "port": 80}]},
-    ]  # fmt: skip
+    docs = headless_service("testns", "many", endpoints)
     (directory / "many.yaml").write_text(yaml.safe_dump_all(docs))
     return directory
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from cases import MAIN, Z, check, make_query
-from serverproc import FIXTURES, ROOT, Server
+from serverproc import FIXTURES, ROOT, Server, headless_service
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +68,7 @@ def big(tmp_path_factory):
     """A headless service with 80 endpoints: far more than 512 bytes of answers."""
     path = tmp_path_factory.mktemp("big") / "big.yaml"
     endpoints = [{"addresses": [f"10.20.{i // 200}.{i % 200 + 1}"], "hostname": f"pod-{i}"} for i in range(80)]
-    docs = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "big"}},
-        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport", "metadata": {"name": "many", "namespace": "big"},
-         "spec": {"type": "Headless", "ports": [{"name": "http", "protocol": "TCP", "port": 80}]}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-         "metadata": {"name": "many-1", "namespace": "big", "labels": {
-             "multicluster.kubernetes.io/service-name": "many", "multicluster.kubernetes.io/source-cluster": "c1"}},
-         "endpoints": endpoints, "ports": [{"name": "http", "protocol": "TCP", "port": 80}]},
-    ]  # fmt: skip
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "big"}}, *headless_service("big", "many", endpoints)]
     path.write_text(yaml.safe_dump_all(docs))
     with Server("--manifests", str(path)) as s:
         yield s
