@@ -40,6 +40,16 @@ def case(id: str, qname: str, qtype: str, rcode: str = "NOERROR", answer=(), add
 
 
 HDLS_TARGETS = ["172-0-0-2", "172-0-0-3", "5678-abcd--1", "5678-abcd--2", "dup-name"]
+# The Additional section of every hdls1 SRV answer (cases 37 and D10): one address record per
+# (target, address), so `dup-name` carries two.
+HDLS_GLUE = [
+    "172-0-0-2.{C}.hdls1.testns.svc.Z 5 A 172.0.0.2",
+    "172-0-0-3.{C}.hdls1.testns.svc.Z 5 A 172.0.0.3",
+    "5678-abcd--1.{C}.hdls1.testns.svc.Z 5 AAAA 5678:abcd::1",
+    "5678-abcd--2.{C}.hdls1.testns.svc.Z 5 AAAA 5678:abcd::2",
+    "dup-name.{C}.hdls1.testns.svc.Z 5 A 172.0.0.4",
+    "dup-name.{C}.hdls1.testns.svc.Z 5 A 172.0.0.5",
+]
 
 MAIN = [
     case("1", "svc1.testns.svc.Z", "A", answer=["svc1.testns.svc.Z 5 A 10.0.0.1"]),
@@ -89,14 +99,7 @@ MAIN = [
     case("36", "subdomain.subdomain.external.testns.svc.Z", "CNAME", "NXDOMAIN", soa=True),
     case("37", "_http._tcp.hdls1.testns.svc.Z", "SRV",
          answer=[f"_http._tcp.hdls1.testns.svc.Z 5 SRV 0 16 80 {t}.{{C}}.hdls1.testns.svc.Z" for t in HDLS_TARGETS],
-         additional=[
-             "172-0-0-2.{C}.hdls1.testns.svc.Z 5 A 172.0.0.2",
-             "172-0-0-3.{C}.hdls1.testns.svc.Z 5 A 172.0.0.3",
-             "5678-abcd--1.{C}.hdls1.testns.svc.Z 5 AAAA 5678:abcd::1",
-             "5678-abcd--2.{C}.hdls1.testns.svc.Z 5 AAAA 5678:abcd::2",
-             "dup-name.{C}.hdls1.testns.svc.Z 5 A 172.0.0.4",
-             "dup-name.{C}.hdls1.testns.svc.Z 5 A 172.0.0.5",
-         ]),
+         additional=HDLS_GLUE),
     case("38", "5678-abcd--2.{C}.hdls1.testns.svc.Z", "AAAA", answer=["5678-abcd--2.{C}.hdls1.testns.svc.Z 5 AAAA 5678:abcd::2"]),
     case("39", "5678-abcd--1.{C}.hdls1.testns.svc.Z", "AAAA", answer=["5678-abcd--1.{C}.hdls1.testns.svc.Z 5 AAAA 5678:abcd::1"]),
     case("40", "172-0-0-20.{C}.hdlsprtls.testns.svc.Z", "A", answer=["172-0-0-20.{C}.hdlsprtls.testns.svc.Z 5 A 172.0.0.20"]),
@@ -135,14 +138,7 @@ MAIN = [
          additional=["dup-name.{C}.hdls1.testns.svc.Z 5 A 172.0.0.4", "dup-name.{C}.hdls1.testns.svc.Z 5 A 172.0.0.5"]),
     case("D10", "hdls1.testns.svc.Z", "SRV",
          answer=[f"hdls1.testns.svc.Z 5 SRV 0 16 80 {t}.{{C}}.hdls1.testns.svc.Z" for t in HDLS_TARGETS],
-         additional=[
-             "172-0-0-2.{C}.hdls1.testns.svc.Z 5 A 172.0.0.2",
-             "172-0-0-3.{C}.hdls1.testns.svc.Z 5 A 172.0.0.3",
-             "5678-abcd--1.{C}.hdls1.testns.svc.Z 5 AAAA 5678:abcd::1",
-             "5678-abcd--2.{C}.hdls1.testns.svc.Z 5 AAAA 5678:abcd::2",
-             "dup-name.{C}.hdls1.testns.svc.Z 5 A 172.0.0.4",
-             "dup-name.{C}.hdls1.testns.svc.Z 5 A 172.0.0.5",
-         ]),
+         additional=HDLS_GLUE),
     case("D18", "host.name.registry.hdls1.testns.svc.Z", "A", "NXDOMAIN", soa=True),
     case("D19", "*.testns.svc.Z", "A", "NXDOMAIN", soa=True),
     case("D22", "1-2-3-4.testns.pod.Z", "A", "NXDOMAIN", soa=True),
