@@ -309,6 +309,10 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--manifests", "/nonexistent/x.yaml"], "--manifests /nonexistent/x.yaml: no such file or directory"),
         (["--zone", "bad..zone"], "--zone 'bad..zone' is not a valid DNS name"),
         (["--startup-timeout", "soon"], "'soon' is not a duration"),
+        (["--max-tcp-connections", "0"], "--max-tcp-connections must be in range [1, 1000000]: 0"),
+        (["--tcp-idle-timeout", "0"], "--tcp-idle-timeout must be in range (0, 3600] seconds: 0.0"),
+        (["--tcp-idle-timeout", "later"], "'later' is not a duration"),
+        (["--tcp-max-queries", "-1"], "--tcp-max-queries must be in range [0, 1000000000] (0: no limit): -1"),
     ],
 )
 def test_bad_flags_exit_2_with_a_clear_message(args, message):
