@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from serverproc import free_port
 
 import dns.exception
 import dns.message
@@ -52,21 +53,6 @@ def coredns_version(binary: Path | None = None) -> str:
                          timeout=30).stdout
     first = out.strip().splitlines()[0] if out.strip() else "unknown"
     return first.removeprefix("CoreDNS-")
-
-
-def free_port() -> int:
-    """A loopback port free for both UDP and TCP right now."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            udp.bind(("127.0.0.1", 0))
-            port = udp.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-                try:
-                    tcp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free loopback port")
 
 
 @dataclass
