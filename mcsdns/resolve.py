@@ -102,9 +102,6 @@ class Resolver:
         self._packet_bytes = 0
         self._negative.clear()
 
-    def cache_sizes(self) -> dict[str, int]:
-        return {"packets": len(self._packets), "packet_bytes": self._packet_bytes, "negative": len(self._negative)}
-
     def _handle(self, data: bytes, tcp: bool) -> bytes | Forward | None:
         self.last_query = None
         if len(data) < 12:

@@ -97,9 +97,6 @@ class Store:
     def mark_synced(self, kind: str) -> None:
         self.synced.add(kind)
 
-    def mark_unsynced(self, kind: str) -> None:
-        self.synced.discard(kind)
-
     # ----------------------------------------------------------------- internals
 
     def _keys(self, kind: str) -> list[tuple[str, str]]:

@@ -152,13 +152,6 @@ class Table:
             k = zwire + struct.pack(">HH", zone.SOA, 1)
             self.answers[k] = self.render(zwire, len(zwire), zone.Answer(zone.NOERROR, apex_soa=True))
 
-    def compile_all(self) -> None:
-        for key in list(self.owned):
-            self.compile(key)
-        for key in self.store.imports:
-            self.compile(key)
-        self.bump()
-
     # ----------------------------------------------------------------- zones
 
     def zone_of(self, lname: bytes) -> bytes | None:
@@ -170,9 +163,6 @@ class Table:
                 if start == 0 or _label_boundary(lname, start):
                     best = zwire
         return best
-
-    def stats(self) -> dict[str, int]:
-        return {"answers": len(self.answers), "services": len(self.owned)}
 
 
 def _label_boundary(lname: bytes, at: int) -> bool:
