@@ -61,6 +61,6 @@ for v in v0.5.0 v0.4.1; do
 done
 
 "$bin/kube-apiserver" --version >&2
-"$bin/etcd" --version | head -1 >&2
-"$bin/coredns" -version | head -1 >&2
+"$bin/etcd" --version 2>&1 | sed -n 1p >&2
+"$bin/coredns" -version 2>&1 | sed -n 1p >&2
 echo "$cache"
