@@ -12,11 +12,8 @@ kills it if the suite itself dies (PR_SET_PDEATHSIG).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +25,7 @@ import dns.query
 import dns.rcode
 
 from . import procstat
+from .testbed_import import DIE_WITH_PARENT, free_port, stop_popen
 
 REPO = Path(__file__).resolve().parent.parent
 # Servers and dnsperf run at this nice value (root only; 0 = as is): on a machine shared with other
@@ -44,31 +42,6 @@ def prefix(cpu: str | None) -> list[str]:
     if NICE and os.geteuid() == 0 and shutil.which("nice"):
         out += ["nice", "-n", str(NICE)]
     return out
-
-try:
-    _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-except OSError:  # pragma: no cover
-    _LIBC = None
-
-
-def _die_with_parent() -> None:
-    _LIBC.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    """A loopback port free for both UDP and TCP right now."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-            tcp.bind(("127.0.0.1", 0))
-            port = tcp.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no free port")
-
 
 def query(port: int, name: str, rdtype: str = "A", timeout: float = 0.5) -> dns.message.Message | None:
     try:
@@ -114,7 +87,7 @@ class Server:
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
             argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
-            preexec_fn=_die_with_parent if _LIBC is not None else None,  # noqa: PLW1509
+            preexec_fn=DIE_WITH_PARENT,  # noqa: PLW1509
         )
         log.close()
         deadline = self.started_at + timeout
@@ -147,15 +120,8 @@ class Server:
         return procstat.run_delay_seconds(self.pids())
 
     def stop(self, grace: float = 10.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_popen(self.proc, grace)
         self.proc = None
 
     def tail(self, lines: int = 30) -> str:

@@ -12,6 +12,17 @@ _TESTS = str(Path(__file__).resolve().parent.parent / "tests")
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-from testbed import ApiError, KubeClient, Testbed, find_testbin, object_path, resource_path  # noqa: E402
+from testbed import (  # noqa: E402
+    DIE_WITH_PARENT,
+    ApiError,
+    KubeClient,
+    Testbed,
+    find_testbin,
+    free_port,
+    object_path,
+    resource_path,
+    stop_popen,
+)
 
-__all__ = ["ApiError", "KubeClient", "Testbed", "find_testbin", "object_path", "resource_path"]
+__all__ = ["DIE_WITH_PARENT", "ApiError", "KubeClient", "Testbed", "find_testbin", "free_port", "object_path", "resource_path",
+           "stop_popen"]

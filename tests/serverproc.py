@@ -8,8 +8,6 @@ PID (SIGTERM, then SIGKILL) however the test ends.
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,26 +18,11 @@ from typing import Any, Callable, TypeVar
 
 import dns.message
 import dns.query
+from testbed import free_port, stop_popen
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 T = TypeVar("T")
-
-
-def free_port(kind: int = socket.SOCK_DGRAM) -> int:
-    """A port free for both UDP and TCP on 127.0.0.1 (checked for both)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, kind) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                t.bind(("127.0.0.1", port))
-                u.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port")
 
 
 def eventually(check: Callable[[], T], timeout: float = 15.0, interval: float = 0.05,
@@ -75,7 +58,7 @@ class Server:
 
     def __init__(self, *args: str, wait_ready: bool = True, env: dict | None = None) -> None:
         self.dns_port = free_port()
-        self.http_port = free_port(socket.SOCK_STREAM)
+        self.http_port = free_port()
         self.args = list(args)
         self.wait_ready = wait_ready
         self.env = env
@@ -143,15 +126,9 @@ class Server:
     def stop(self, timeout: float = 10) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_popen(self.proc, timeout)
         self._log.close()
-        return self.proc.returncode
+        return code
 
     def __enter__(self) -> "Server":
         return self.start()

@@ -453,10 +453,18 @@ class KubeClient:
 
 
 def free_port() -> int:
-    """A loopback port nobody listens on right now (bind port 0, read it back)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free for both UDP and TCP right now (DNS servers bind both)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            tcp.bind(("127.0.0.1", 0))
+            port = tcp.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                try:
+                    udp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no free port")
 
 
 def _load_libc() -> Any:
@@ -475,7 +483,7 @@ _LIBC = _load_libc()
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Have the kernel SIGKILL the child if the test process dies without cleanup.
 
     A crashed or SIGKILLed pytest would otherwise leave etcd and kube-apiserver
@@ -483,6 +491,22 @@ def _die_with_parent() -> None:
     syscall.  Linux-only.
     """
     _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+# What to pass as ``preexec_fn``: None where prctl is not available.
+DIE_WITH_PARENT = die_with_parent if _LIBC is not None else None
+
+
+def stop_popen(popen: subprocess.Popen, grace: float = 10.0) -> int:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; reaps the child and returns its exit code."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+    return popen.returncode
 
 
 class Process:
@@ -498,10 +522,9 @@ class Process:
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== starting {self.name} at {time.ctime()} ===\n".encode())
             log.flush()
-            preexec = _die_with_parent if _LIBC is not None else None
             self.popen = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=preexec,  # noqa: PLW1509 - only prctl, no locks involved
+                preexec_fn=DIE_WITH_PARENT,  # noqa: PLW1509 - only prctl, no locks involved
             )
 
     @property
@@ -513,15 +536,8 @@ class Process:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds; always reaps the child."""
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        if self.popen is not None:
+            stop_popen(self.popen, grace)
         self.popen = None
 
     def kill(self) -> None:
