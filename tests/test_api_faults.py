@@ -6,7 +6,8 @@
   answers equal the API's state, in the same mcsdns process.
 * A watch that silently stops delivering (a TCP proxy between mcsdns and the
   API server stops forwarding on the open connections, keeping them open):
-  the periodic resync (--resync 3s) heals it.
+  the periodic resync (--resync 3s) heals it within its period plus the
+  watchdog's slack.
 * A slow API server (the proxy delays every byte it returns): readiness holds,
   answers follow the API, only later.
 * mcsdns SIGKILLed and restarted while the API changes: it starts, syncs and
@@ -28,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
-from mcsdns.sources.watching import READ_SLACK
+from mcsdns.sources.watching import STREAM_SLACK
 from testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
@@ -287,15 +288,17 @@ def test_a_silently_stalled_watch_is_healed_by_the_resync(testbed: Testbed, fres
 
             eventually(healed, timeout=60, interval=0.1, what=lambda: f"the stalled watch healed\n{server.tail()}")
             took = time.monotonic() - stalled_at
-            print(f"\n{stalled} connections stalled; the change was served {took:.1f}s later (resync {resync:g}s); "
-                  f"/ready meanwhile: {sorted(set(ready))}")
-            # Today a stream's reads time out READ_SLACK after the server should have ended it; that, not the
-            # resync period, bounds how long a silent stall lasts (docs/reliability.md, "Known limits").
-            bound = resync + READ_SLACK + 10
+            # A stream ends at its timeoutSeconds, which never run past the next resync; the watchdog cuts a stalled
+            # one STREAM_SLACK later, then the relist heals. The last 4 s: timeoutSeconds are whole seconds (0.5 s),
+            # the first retry's backoff (0.6 s), the relist itself, and this poll, on a busy machine.
+            bound = resync + STREAM_SLACK + 4
+            print(f"\n{stalled} connections stalled; the change was served {took:.1f}s later (resync {resync:g}s, "
+                  f"slack {STREAM_SLACK:g}s, bound {bound:g}s); /ready meanwhile: {sorted(set(ready))}")
             assert took < bound, f"a silent stall took {took:.1f}s to heal with --resync {resync:g}s"
             assert set(ready) == {200}
+            assert "watch stream stalled" in server.log(), "the watchdog did not report the stall"
             testbed.patch(SI_API, "ServiceImport", ns, "vip", {"spec": {"ips": ["10.8.101.1"]}})
-            server.wait_answer(fqdn("vip", ns), "A", a("10.8.101.1"), timeout=resync + READ_SLACK + 10)
+            server.wait_answer(fqdn("vip", ns), "A", a("10.8.101.1"), timeout=bound)
 
 
 def test_a_slow_api_server(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
@@ -325,6 +328,7 @@ def test_a_slow_api_server(testbed: Testbed, fresh_namespace: str, tmp_path: Pat
             print(f"\nAPI delayed {delay}s per response: ready {synced:.1f}s after start; converged {lags[0]:.1f}s after the "
                   f"last write (over {proxy.connections} connections); /ready meanwhile {sorted(set(ready))}")
             assert set(ready) == {200}, "a slow API server must not flap readiness"
+            assert "watch stream stalled" not in server.log(), "a slow watch stream was cut as a stalled one"
 
 
 # =========================================================================== mcsdns killed

@@ -3,17 +3,23 @@
 The real-API scenarios (test_kube_*.py with the testbed) prove the whole path;
 these pin the details that are hard to provoke there: pagination, a bookmark
 moving the resourceVersion, an ERROR event, discovery fallbacks, backoff bounds.
+The stall tests at the end use a real HTTP server on a local socket that stops
+answering, with the real ApiConnection (urllib3) in front of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
+import time
+import urllib.parse
 from collections import defaultdict
 from typing import Any
 
 import pytest
+from kubernetes.client import Configuration
 
 from mcsdns.config import Config
 from mcsdns.objects import ServiceImport
@@ -254,3 +260,168 @@ def test_run_returns_promptly_when_stopped(monkeypatch: pytest.MonkeyPatch) -> N
         assert asyncio.run(main()) < 1.0
     finally:
         blocked.set()
+
+
+# =========================================================================== stalls, on a real socket
+
+
+class StallingApi:
+    """A real HTTP/1.1 server on localhost (urllib3 and the sockets are the real ones).
+
+    Lists of Namespaces are answered (keep-alive) until `stall_lists`; after that the
+    server reads a request and never answers it, keeping the connection open. A watch
+    sends its headers and `events`, then either ends at its timeoutSeconds (`healthy`)
+    or stays open and silent (a stalled link). `stall_headers`: a watch gets nothing.
+    """
+
+    def __init__(self, healthy: bool = False, stall_headers: bool = False) -> None:
+        self.healthy, self.stall_headers, self.stall_lists = healthy, stall_headers, False
+        self.events: list[dict] = []
+        self.requests: list[str] = []
+        self._stop = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.1)
+        self.host = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def __enter__(self) -> "StallingApi":
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        for sock in [self.listener, *self._sockets]:
+            sock.close()
+
+    def connection(self) -> kubeapi.ApiConnection:
+        configuration = Configuration()
+        configuration.host = self.host
+        return kubeapi.ApiConnection(configuration)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, _ = self.listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            self._sockets.append(sock)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        reader = sock.makefile("rb")
+        try:
+            while not self._stop.is_set():
+                request = reader.readline().decode()
+                if not request:
+                    return
+                while reader.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # headers
+                target = request.split()[1]
+                self.requests.append(target)
+                query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query)
+                if "watch" in query:
+                    self._watch(sock, float(query["timeoutSeconds"][0]))
+                    return
+                if self.stall_lists:
+                    self._stop.wait()
+                    return
+                body = json.dumps({"metadata": {"resourceVersion": "1"}, "items": [{"metadata": {"name": "ns1"}}]})
+                sock.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                             f"{body}".encode())
+        except OSError:
+            return
+
+    def _watch(self, sock: socket.socket, timeout: float) -> None:
+        started = time.monotonic()
+        if self.stall_headers:
+            self._stop.wait()
+            return
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for event in self.events:
+            line = json.dumps(event).encode() + b"\n"
+            sock.sendall(b"%x\r\n%s\r\n" % (len(line), line))
+        if self.healthy:  # the API server ends the stream at its timeoutSeconds
+            self._stop.wait(max(0.0, started + timeout - time.monotonic()))
+            sock.sendall(b"0\r\n\r\n")
+        else:
+            self._stop.wait()
+
+
+def test_a_stalled_watch_stream_is_cut_its_slack_after_its_timeout() -> None:
+    with StallingApi() as api:
+        api.events = [{"type": "ADDED", "object": {"metadata": {"name": "ns2", "resourceVersion": "2"}}}]
+        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, resource_version="1")
+        started = time.monotonic()
+        events = []
+        stalled = "watch stream stalled: still open 0.5s after its timeoutSeconds=1"
+        with pytest.raises(kubeapi.Unreachable, match=stalled):
+            for event in watcher.stream(NS.path("v1"), 1):
+                events.append(event)
+        took = time.monotonic() - started
+        assert [type(e) for e in events] == [Watching, Upserted] and watcher.resource_version == "2"
+        assert 1.45 <= took < 2.5, f"cut after {took:.2f}s"
+        assert watcher._response is None
+
+
+def test_a_healthy_stream_ends_at_its_timeout_and_is_not_cut() -> None:
+    with StallingApi(healthy=True) as api:
+        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, resource_version="1")
+        started = time.monotonic()
+        events = list(watcher.stream(NS.path("v1"), 1))
+        assert events == [Watching("1")] and 0.9 <= time.monotonic() - started < 1.45
+
+
+def test_a_stream_still_being_read_past_its_timeout_is_not_cut() -> None:
+    """Overdue is not enough: events the server sent before it ended the stream are still being read."""
+    with StallingApi(healthy=True) as api:
+        api.events = [{"type": "ADDED", "object": {"metadata": {"name": f"ns{i}", "resourceVersion": str(i)}}}
+                      for i in range(2, 12)]
+        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, resource_version="1")
+        started = time.monotonic()
+        events = []
+        for event in watcher.stream(NS.path("v1"), 1):
+            events.append(event)
+            time.sleep(0.25)  # a slow consumer: the last event is read 2.5 s in, past the 1.5 s due
+        assert len(events) == 11 and watcher.resource_version == "11" and time.monotonic() - started > 2.5
+
+
+def test_a_watch_whose_headers_never_come_fails_within_its_timeout_plus_the_slack() -> None:
+    with StallingApi(stall_headers=True) as api:
+        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, resource_version="1")
+        started = time.monotonic()
+        with pytest.raises(kubeapi.Unreachable, match="timed out"):
+            list(watcher.stream(NS.path("v1"), 1))
+        assert 1.45 <= time.monotonic() - started < 2.5
+
+
+def test_a_stalled_watch_is_healed_by_the_resync_within_the_period_plus_the_slack() -> None:
+    """forever() with --resync 1s over a watch that stalls every time: a relist every ~1.5 s."""
+    with StallingApi() as api:
+        stop = threading.Event()
+        watcher = Watcher(api.connection(), NS, stop, resync=1.0, stream_slack=0.5)
+        watcher.backoff = Backoff(first=0.05)
+        started = time.monotonic()
+        events, lists = [], []
+        for event in watcher.forever():
+            events.append(event)
+            if isinstance(event, Listed):
+                lists.append(time.monotonic() - started)
+                if len(lists) == 3:
+                    break
+        stalls = [e for e in events if isinstance(e, Problem)]
+        assert len(stalls) == 2 and all(p.category == "unreachable" and "stalled" in p.detail for p in stalls)
+        gaps = [b - a for a, b in zip(lists, lists[1:])]
+        assert all(1.4 <= gap < 2.5 for gap in gaps), f"relists {gaps} apart with --resync 1s, slack 0.5s"
+
+
+def test_a_list_on_a_stalled_pooled_connection_fails_within_its_read_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kubeapi, "REQUEST_TIMEOUT", 0.5)
+    with StallingApi() as api:
+        conn = api.connection()
+        assert conn.get(NS.path("v1"))["items"]  # the connection goes back to the pool, open
+        api.stall_lists = True
+        started = time.monotonic()
+        with pytest.raises(kubeapi.Unreachable, match="timed out"):
+            conn.get(NS.path("v1"))  # the same connection: the request goes out, no answer comes back
+        assert 0.45 <= time.monotonic() - started < 1.5
+        assert len(api._sockets) == 1, "the list did not reuse the pooled connection"

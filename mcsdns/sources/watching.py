@@ -9,6 +9,11 @@ them to the event loop, which alone touches the store. Raw JSON is converted to
 the small records of objects.py here, item by item, so a relist never holds
 more than one page of raw objects. The resourceVersion advances on every event,
 bookmarks included, so a reconnect resumes where the last stream stopped.
+
+A stream is asked to end at its timeoutSeconds, which never runs past the next
+resync; one still open STREAM_SLACK later, with nothing read for as long, is
+stalled (the connection stays open and silent), so a watchdog cuts it then: a
+stall delays the relist that heals it by a few seconds, not by a read timeout.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 500  # objects per list page: bounds the raw JSON held at once
 WATCH_TIMEOUT = 300.0  # streams last 300-600 s (client-go's spread), so they recycle and rebalance
-READ_SLACK = 30.0  # the server ends a stream at timeoutSeconds; silence beyond that means a dead link
+STREAM_SLACK = 5.0  # the server ends a stream at timeoutSeconds; still open this much later, it is stalled
 BACKOFF_FIRST = 0.5
 BACKOFF_CAP = 30.0  # API server down: retry at least every 30 s
 ABSENT_CAP = 10.0  # missing CRD or permission: a fix (kubectl apply) is picked up within 10 s
@@ -211,6 +216,44 @@ class Backoff:
         self.attempt = 0
 
 
+# --------------------------------------------------------------------------- the watchdog
+
+
+class Watchdog:
+    """Cuts a stream's connection, from its own thread, once it is both overdue and silent.
+
+    Overdue: `seconds` have passed. Silent: nothing was read for `quiet` seconds
+    (`alive()` is called for each line), so a stream still working through what
+    the server sent before it ended is never cut. `interrupt` shuts the socket
+    down and the blocked read returns at once; `fired` tells the reader why.
+    """
+
+    def __init__(self, seconds: float, quiet: float, resp: Any) -> None:
+        self.fired = False
+        self._due = time.monotonic() + seconds
+        self._quiet = quiet
+        self._last = float("-inf")
+        self._resp = resp
+        self._cancelled = threading.Event()
+        threading.Thread(target=self._run, name="watch-watchdog", daemon=True).start()
+
+    def alive(self) -> None:
+        self._last = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._cancelled.wait(max(0.0, self._cut_at() - time.monotonic())):
+            if time.monotonic() >= self._cut_at():
+                self.fired = True
+                interrupt(self._resp)
+                return
+
+    def _cut_at(self) -> float:
+        return max(self._due, self._last + self._quiet)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+
 # --------------------------------------------------------------------------- the watch
 
 
@@ -238,6 +281,7 @@ class Watcher:
     resource_version: str = ""
     backoff: Backoff = field(default_factory=Backoff)
     listed_at: float = float("-inf")  # time.monotonic() of the last complete list
+    stream_slack: float = STREAM_SLACK
     _response: Any = field(default=None, init=False, repr=False)  # the open stream, for interrupt()
 
     # -- level 1: forever ----------------------------------------------------
@@ -340,7 +384,14 @@ class Watcher:
     # -- level 3: one stream -------------------------------------------------
 
     def stream(self, path: str, timeout: int) -> Iterator[Event]:
-        """Events of one watch stream from the current resourceVersion, until the server ends it."""
+        """Events of one watch stream from the current resourceVersion, until the server ends it.
+
+        The server ends the stream at `timeout`; if it has not `stream_slack` later and
+        nothing arrived for as long, the link is stalled (a dead peer, a proxy that
+        stopped forwarding) and the watchdog cuts it: the stream fails as Unreachable,
+        like any broken stream. Waiting for the headers is bounded by the read
+        timeout, which the watchdog cannot reach.
+        """
         query = {
             "watch": "true",
             "resourceVersion": self.resource_version,
@@ -348,21 +399,36 @@ class Watcher:
             "timeoutSeconds": timeout,
             "labelSelector": self.resource.label_selector,
         }
-        resp = self.conn.open(path, query, self.resource.watch_accept, timeout + READ_SLACK)
+        limit = timeout + self.stream_slack
+        resp = self.conn.open(path, query, self.resource.watch_accept, limit)
+        # Counted from the headers: the server started its timeoutSeconds before it sent them.
+        watchdog = Watchdog(limit, self.stream_slack, resp)
         self._response = resp
         try:
             if self.stop.is_set():
                 return
             yield Watching(self.resource_version)
             for line in stream_lines(resp):
+                watchdog.alive()
                 try:
                     event = json.loads(line)
                 except ValueError as exc:
                     raise ServerError("a watch event is not JSON") from exc
                 yield from self.event(event)
+        except (Unreachable, ServerError) as exc:
+            if watchdog.fired:  # the cut read fails one way or another: report why it was cut
+                raise self.stalled(timeout) from exc
+            raise
         finally:
+            watchdog.cancel()
             self._response = None
             resp.close()
+        if watchdog.fired:
+            raise self.stalled(timeout)
+
+    def stalled(self, timeout: int) -> Unreachable:
+        slack = self.stream_slack
+        return Unreachable(f"watch stream stalled: still open {slack:g}s after its timeoutSeconds={timeout}")
 
     def event(self, event: Any) -> Iterator[Event]:
         """One watch event -> store events; ERROR events raise their mapped ApiError."""
