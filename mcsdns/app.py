@@ -22,7 +22,7 @@ from .admin import Admin
 from .config import Config
 from .metrics import Metrics
 from .querylog import QueryLog, chain, errors
-from .resolve import Resolver
+from .resolve import Resolver, RoundRobinResolver
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
 from .table import Table, TableConfig
@@ -68,7 +68,9 @@ class App:
         self.metrics = Metrics(self.registry, self)
         self.table.on_programmed = self.metrics.programmed
         self.forwarder = self._make_forwarder()
-        self.resolver = Resolver(self.table, forwarding=self.forwarder is not None)
+        # --loadbalance picks the class, so the default resolver has no per-query check for it.
+        resolver = RoundRobinResolver if config.loadbalance == "round_robin" else Resolver
+        self.resolver = resolver(self.table, forwarding=self.forwarder is not None)
         self.server = DnsServer(
             self.resolver,
             forward=self.forwarder.forward if self.forwarder is not None else None,

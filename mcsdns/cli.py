@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="expose only these namespaces (CoreDNS `namespaces`); default all")
     dns.add_argument("--ns-address", metavar="IP", action="append", default=[],
                      help="address(es) answered for ns.dns.<zone> and the apex NS (default: POD_IP(S), else the listen address)")
+    dns.add_argument("--loadbalance", metavar="POLICY", nargs="?", const="round_robin", default="off",
+                     help="round_robin (or a bare --loadbalance): each reply for a name with several addresses lists its "
+                     "A/AAAA records starting one further on, so clients that take the first address spread over all of "
+                     "them (CoreDNS `loadbalance`); the set of records, the other sections and SRV answers do not change. "
+                     "off (default): a stable order")
     dns.add_argument("--max-tcp-connections", metavar="N", type=_int, default=1000,
                      help="open DNS-over-TCP connections at once; beyond it new ones are closed at once")
     dns.add_argument("--tcp-idle-timeout", metavar="DURATION", type=_seconds, default=10.0,
@@ -148,6 +153,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         ttl=args.ttl,
         namespaces=namespaces,
         ns_addresses=tuple(args.ns_address),
+        loadbalance=args.loadbalance,
         max_tcp_connections=args.max_tcp_connections,
         tcp_idle_timeout=args.tcp_idle_timeout,
         tcp_max_queries=args.tcp_max_queries,

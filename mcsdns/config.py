@@ -36,6 +36,7 @@ class Config:
     ttl: int = 5  # CoreDNS `ttl` default
     namespaces: frozenset[str] | None = None  # None: every namespace that exists
     ns_addresses: tuple[str, ...] = ()  # empty: the pod IP (POD_IP) or the listen addresses
+    loadbalance: str = "off"  # "round_robin": rotate A/AAAA answer sets per reply (decision 11; CoreDNS `loadbalance`)
     # DNS over TCP (RFC 7766). A connection costs a socket and a little memory; these bound both.
     max_tcp_connections: int = 1000  # open at once; beyond it a new connection is closed at once
     tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout); also bounds a stalled reader
@@ -66,6 +67,8 @@ class Config:
         for zone in self.zones:
             if not _ZONE.match(zone) or len(zone) > 253:
                 raise ConfigError(f"--zone {zone!r} is not a valid DNS name")
+        if self.loadbalance not in ("off", "round_robin"):
+            raise ConfigError(f"--loadbalance must be round_robin or off: {self.loadbalance!r}")
         if not self.listen:
             raise ConfigError("--listen: at least one address is needed")
         if self.startup_timeout < 0:

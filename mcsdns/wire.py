@@ -324,6 +324,37 @@ class Renderer:
         return Answer(ans.rcode, answer, tuple(rec for rec in ans.additional if fits(rec)), ans.soa, ans.apex_soa)
 
 
+def address_run(body: Body) -> tuple[int, int, int] | None:
+    """Where `body`'s answer section holds its A/AAAA set, for --loadbalance: (start, end, size).
+
+    Returns the offsets (inside `body.body`) of two or more A/AAAA answer records that sit side by
+    side and are all `size` bytes long, else None. Rotating that run by whole records keeps
+    `body.ends` (so truncation still cuts between records) and every other record, including SRV
+    targets' `zone_slots`, in place. Every address answer this server compiles has that shape: one
+    family, owners pointing at the question. Anything else (a lone record, SRV, NS, SOA) is None.
+    """
+    data, ends = body.body, body.ends
+    start = end = size = 0
+    count = 0
+    at = 0
+    for i in range(body.an):
+        rec_end = ends[i]
+        j = at
+        while 0 < data[j] < 0xC0:  # owner labels, then a pointer or the root
+            j += data[j] + 1
+        j += 2 if data[j] else 1
+        rtype = (data[j] << 8) | data[j + 1]
+        if rtype == A or rtype == AAAA:
+            if not count:
+                start, size = at, rec_end - at
+            elif at != end or rec_end - at != size:
+                return None  # not one run of equal records (never compiled): leave the order alone
+            end = rec_end
+            count += 1
+        at = rec_end
+    return (start, end, size) if count > 1 else None
+
+
 def _wire_len(labels: tuple[str, ...]) -> int:
     return sum(len(label.encode()) + 1 for label in labels)
 

@@ -313,6 +313,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--tcp-idle-timeout", "0"], "--tcp-idle-timeout must be in range (0, 3600] seconds: 0.0"),
         (["--tcp-idle-timeout", "later"], "'later' is not a duration"),
         (["--tcp-max-queries", "-1"], "--tcp-max-queries must be in range [0, 1000000000] (0: no limit): -1"),
+        (["--loadbalance", "weighted"], "--loadbalance must be round_robin or off: 'weighted'"),
     ],
 )
 def test_bad_flags_exit_2_with_a_clear_message(args, message):
