@@ -64,13 +64,16 @@ class Server:
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
+        # The whole command, when a test runs the server some other way (the Deployment's own launcher);
+        # it must still listen on dns_port and http_port.
+        self.argv: list[str] | None = None
 
     @property
     def addr(self) -> tuple[str, int]:
         return ("127.0.0.1", self.dns_port)
 
     def start(self, log_path: Path | None = None, timeout: float = 20) -> "Server":
-        cmd = [
+        cmd = self.argv or [
             sys.executable, "-m", "mcsdns", "serve",
             "--listen", f"127.0.0.1:{self.dns_port}",
             "--http-listen", f"127.0.0.1:{self.http_port}",

@@ -15,6 +15,7 @@ HTTP status (or from a watch's ERROR event), raised `from` the original.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
 import urllib.parse
@@ -25,6 +26,8 @@ import urllib3
 
 from .. import __version__
 
+log = logging.getLogger(__name__)
+
 USER_AGENT = f"mcsdns/{__version__}"
 JSON = "application/json"
 # Namespaces are read as metadata only: the API then never sends spec/status.
@@ -32,7 +35,11 @@ METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.i
 METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
 
 CONNECT_TIMEOUT = 10.0  # a reachable API server accepts TCP+TLS far faster; beyond this it is down
-REQUEST_TIMEOUT = 60.0  # one page of 500 objects, or a discovery document, arrives well within this
+# Per read: the first byte of one list page (500 objects, however many the list holds) or of a
+# discovery document, then each next one. A busy API server may queue a request for up to 15 s
+# (priority and fairness) and ends any list at 60 s itself; beyond 30 s of silence the connection
+# (a pooled one that stalled while idle, say) is given up and the retry gets a new one.
+REQUEST_TIMEOUT = 30.0
 
 
 # --------------------------------------------------------------------------- errors
@@ -153,17 +160,50 @@ class ApiConnection:
         self.api_client = ApiClient(configuration)
         self.pool = self.api_client.rest_client.pool_manager
         self.host = configuration.host.rstrip("/")
+        self._auth: dict[str, str] | None = None  # the last credentials sent (see _headers)
 
     def close(self) -> None:
         self.pool.clear()
 
     def _headers(self, accept: str) -> dict[str, str]:
-        """Accept, User-Agent and the bearer token (refreshed by the library's hook, if any)."""
+        """Accept, User-Agent and the bearer token (refreshed by the library's hook, if any).
+
+        The in-cluster loader re-reads the token file from inside auth_settings(); if that fails
+        (the file briefly missing or empty while kubelet rewrites it), the last good credentials
+        are sent again, as client-go does. Without any, the request fails as Unauthorized: the
+        watch retries it with backoff and /ready says why, instead of the watch thread dying.
+        """
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
-        for setting in self.configuration.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
+        try:
+            auth = self._credentials()
+        except Exception as exc:  # noqa: BLE001 - the library's hook raises anything
+            if self._auth is None:
+                raise Unauthorized(f"cannot read the client credentials: {type(exc).__name__}: {exc}") from None
+            log.warning("cannot refresh the client credentials (%s: %s); sending the last good ones", type(exc).__name__, exc)
+            auth = self._auth
+        self._auth = auth
+        headers.update(auth)
         return headers
+
+    def _credentials(self) -> dict[str, str]:
+        auth: dict[str, str] = {}
+        for setting in self.configuration.auth_settings().values():
+            value = setting.get("value")
+            if setting.get("in") != "header" or not value:
+                continue
+            # The in-cluster loader sends the token file as read ("bearer " + content): a trailing
+            # newline (a token written by hand or by `kubectl create token > token`) made urllib3
+            # raise ValueError with the token in its message, which crashed the watch and logged
+            # the credential. Trim it, as client-go does; refuse what still cannot be a header.
+            scheme, _, credentials = value.strip().partition(" ")
+            value = f"{scheme} {credentials.strip()}" if credentials.strip() else scheme
+            if not value.isascii() or not value.isprintable():
+                raise KubeConfigError(
+                    f"the {setting['key']} credentials hold control or non-ASCII characters: "
+                    "check the service account token file (or the kubeconfig)"
+                )
+            auth[setting["key"]] = value
+        return auth
 
     def open(self, path: str, query: dict[str, Any] | None, accept: str, read_timeout: float) -> Any:
         """Send a GET and return the unread urllib3 response; >= 300 raises the mapped error."""
