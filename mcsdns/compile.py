@@ -5,17 +5,19 @@ view of the objects: CoreDNS's "entries" model (section 2.2) followed by its
 qtype dispatch (handler.go). It does no I/O and knows nothing about packets,
 so the contract's tables test it directly.
 
-`compile_service()` runs `answer()` ahead of time for every name a service
-makes, so the server can answer those from a dict of ready wire bytes; names
-it did not compile (odd spellings, rare types, negative answers) take the same
-`answer()` at query time. Both paths share one implementation, so they cannot
-disagree.
+`compile_service()` computes ahead of time what `answer()` says for every name
+a service makes, so the server can answer those from a dict of ready wire
+bytes; names it did not compile (odd spellings, rare types, negative answers)
+take `answer()` at query time. Both paths share the entries model and the
+dispatch (`respond()`); `compile_service()` only lists the service's entries
+once and groups them by name instead of filtering them again for each name,
+so they cannot disagree (tests/test_compile_cost.py holds them to it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Iterator, Protocol
 
 from .names import Kind, Request, parse
 from .objects import EndpointSlice, Port, ServiceImport
@@ -129,6 +131,71 @@ def find_entries(req: Request, view: ZoneView) -> tuple[list[Entry], bool]:
     return entries, exists
 
 
+PortKey = tuple[str, str]  # (port name, protocol), lower-cased: what `_name._protocol` asks for
+Group = tuple[list[Entry], bool]  # (entries, name exists), as find_entries returns them
+
+
+def service_entries(svc: Service) -> tuple[Group, dict[PortKey, Group]]:
+    """`find_entries` for the service name and every `_name._protocol` name, in one pass.
+
+    The entries are listed once (address x port) and each is also appended to the group of
+    its port's (name, protocol): a group is exactly the subsequence, in order, that
+    `find_entries` keeps for that port filter, so every name's answer is built from its own
+    group in O(entries) for the whole service rather than O(names x entries).
+    A name whose key has no group has no entries and does not exist.
+    """
+    imp = svc.imp
+    base = (imp.name, imp.namespace, "svc")
+    groups: dict[PortKey, list[Entry]] = {}
+    entries: list[Entry] = []
+    if imp.headless:
+        for sl in svc.slices:
+            cluster = sl.cluster
+            srv = cluster is not None
+            # One group list per port of the slice, looked up once per slice, not per address.
+            slots = [(port.port, groups.setdefault((port.name.lower(), port.protocol.lower()), [])) for port in sl.ports]
+            for addr in sl.addresses:
+                target = (addr.hostname, *cluster.split(".")) + base if cluster is not None else base
+                ip, v6 = addr.ip, addr.v6
+                for number, group in slots:
+                    e = Entry(ip, v6, number, target, srv)
+                    entries.append(e)
+                    group.append(e)
+        # Headless: a name exists when it has entries.
+        return (entries, bool(entries)), {k: (g, bool(g)) for k, g in groups.items()}
+    ips = [(ip, ":" in ip and "." not in ip) for ip in imp.ips]
+    for port in imp.ports:
+        group = groups.setdefault((port.name.lower(), port.protocol.lower()), [])
+        for ip, v6 in ips:
+            e = Entry(ip, v6, port.port, base)
+            entries.append(e)
+            group.append(e)
+    # ClusterSetIP: a name exists when a port matches it, with or without IPs.
+    return (entries, bool(imp.ports)), {k: (g, True) for k, g in groups.items()}
+
+
+def endpoint_entries(svc: Service) -> dict[tuple[str, str], list[Entry]]:
+    """`find_entries` for every per-endpoint name `<hostname>.<cluster>`, in one pass.
+
+    Keyed by (hostname, cluster id), lower-cased; slices without a cluster id make no
+    per-endpoint names (decision 4).
+    """
+    imp = svc.imp
+    base = (imp.name, imp.namespace, "svc")
+    groups: dict[tuple[str, str], list[Entry]] = {}
+    for sl in svc.slices:
+        cluster = sl.cluster
+        if cluster is None:
+            continue
+        lcluster = cluster.lower()
+        for addr in sl.addresses:
+            group = groups.setdefault((addr.hostname.lower(), lcluster), [])
+            target = (addr.hostname, *cluster.split(".")) + base
+            for port in sl.ports:
+                group.append(Entry(addr.ip, addr.v6, port.port, target, True))
+    return groups
+
+
 # --------------------------------------------------------------------------- rendering (backend_lookup.go)
 
 
@@ -196,6 +263,11 @@ def answer(labels: tuple[str, ...], qtype: int, view: ZoneView, ttl: int, ns_add
         return NAME_ERROR if qtype == TXT else NODATA
 
     entries, exists = _lookup(req, view)
+    return respond(entries, exists, qtype, ttl)
+
+
+def respond(entries: list[Entry], exists: bool, qtype: int, ttl: int) -> Answer:
+    """The answer for a name of the zone's service tree, from its entries (CoreDNS's qtype dispatch)."""
     if qtype == A or qtype == AAAA:
         records = address_records(entries, qtype == AAAA, ttl)
         if records:
@@ -249,8 +321,39 @@ def service_names(svc: Service) -> Iterable[tuple[str, ...]]:
         yield prefix + base
 
 
-def compile_service(svc: Service, view: ZoneView, ttl: int, ns_addresses: tuple[str, ...]):
-    """(labels, qtype, Answer) for every precompiled question of one service."""
+def compile_service(
+    svc: Service, view: ZoneView, ttl: int, ns_addresses: tuple[str, ...], *, endpoint_names: bool = True
+) -> Iterator[tuple[tuple[str, ...], int, Answer]]:
+    """(labels, qtype, Answer) for every precompiled question of one service, in `service_names` order.
+
+    Each answer is the one `answer(labels, qtype, view, ...)` gives; `svc` is what
+    `view.service()` returns for the service. The entries are listed once and grouped by
+    name (`service_entries`), so the work is O(entries + answers), not O(names x entries).
+    `endpoint_names=False` leaves out the per-endpoint names (`<hostname>.<cluster>`),
+    which the table answers on first query instead.
+    """
+    imp = svc.imp
+    exposed = view.namespace_exposed(imp.namespace)
+    nothing: Group = ([], False)
+    bare, by_port = service_entries(svc) if exposed else (nothing, {})
+    by_endpoint: dict[tuple[str, str], list[Entry]] | None = None
     for labels in service_names(svc):
+        req = parse(labels)
+        group: Group | None = None
+        if req.endpoint or req.cluster:  # `<hostname>.<cluster>`
+            if not endpoint_names:
+                continue
+            if req.endpoint:
+                if by_endpoint is None:
+                    by_endpoint = endpoint_entries(svc) if exposed else {}
+                found = by_endpoint.get((req.endpoint, req.cluster), [])
+                group = (found, bool(found))
+        elif req.port and req.protocol:  # `_name._protocol`
+            group = by_port.get((req.port, req.protocol), nothing)
+        elif not req.port and not req.protocol and req.kind is Kind.SERVICE:
+            group = bare
         for qtype in COMPILED_TYPES:
-            yield labels, qtype, answer(labels, qtype, view, ttl, ns_addresses)
+            if group is None:  # no name service_names makes from valid objects; exact all the same
+                yield labels, qtype, answer(labels, qtype, view, ttl, ns_addresses)
+            else:
+                yield labels, qtype, respond(group[0], group[1], qtype, ttl)

@@ -4,7 +4,14 @@ Sources put stripped records (see objects.py) in; the store keeps the current
 set, indexes slices by the service they belong to, and tells its listener
 which services and namespaces changed so only those are recompiled. Writes
 that change nothing DNS can see (a resync, a status update, a re-read file)
-produce no notification.
+produce no notification; an unchanged object is dropped at once and the stored
+one kept, so a relist allocates nothing lasting for it.
+
+A relist is applied page by page, mark and sweep: take the kind's `keys`,
+`upsert` each page (striking its keys off), then `replace` with the last page,
+which deletes only the keys no page contained. Until that sweep every object not
+yet re-listed stays in service, so answers during a relist are the new state
+or the previous one, never a loss.
 """
 
 from __future__ import annotations
@@ -28,16 +35,19 @@ class Changes:
     namespaces: set[str] = field(default_factory=set)
     # Programming-latency origins: per service, the earliest trigger time text or arrival.
     triggers: dict[ServiceKey, str | None] = field(default_factory=dict)
+    # Set on the one notification sent when every required kind has completed its initial list.
+    synced: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.services or self.namespaces)
+        return bool(self.services or self.namespaces or self.synced)
 
 
 KINDS = ("ServiceImport", "EndpointSlice", "Namespace")
 
 
 class Store:
-    """Current objects by kind; `listener(changes)` runs after every effective write."""
+    """Current objects by kind; `listener(changes)` runs after every effective write,
+    and once more (with `changes.synced`) when the last required kind is first synced."""
 
     def __init__(self, listener: Callable[[Changes], None] | None = None) -> None:
         self.imports: dict[ServiceKey, ServiceImport] = {}
@@ -73,21 +83,48 @@ class Store:
         self._delete(kind, namespace, name, changes)
         self._emit(changes)
 
-    def replace(self, kind: str, objects: Iterable[Object], keep: Iterable[tuple[str, str]] = ()) -> None:
-        """Make `kind` hold exactly `objects` (a relist), plus the old versions of `keep`.
+    def upsert(self, objects: Iterable[Object], unseen: set[tuple[str, str]] | None = None) -> None:
+        """Apply a batch (one page of a list) with one notification; strike each key off `unseen`."""
+        changes = Changes()
+        for obj in objects:
+            if unseen is not None:
+                unseen.discard(_key(obj))
+            self._apply(obj, changes)
+        self._emit(changes)
+
+    def replace(
+        self,
+        kind: str,
+        objects: Iterable[Object],
+        keep: Iterable[tuple[str, str]] = (),
+        unseen: set[tuple[str, str]] | None = None,
+    ) -> None:
+        """Make `kind` hold exactly what a list returned: `objects`, plus the old versions of `keep`.
 
         `keep` names objects that exist but failed validation this time: their
         last good version stays in service (nothing already known is lost).
-        Objects are applied one by one, so a relist never holds two copies.
+        For a list read in pages, `objects` is its last page and `unseen` the
+        `keys(kind)` taken before its first page, struck off by `upsert` page by
+        page (it is consumed). One notification covers the applies and the deletes.
         """
         changes = Changes()
-        present: set[tuple[str, str]] = set(keep)
+        if unseen is None:
+            unseen = self.keys(kind)
+        unseen.difference_update(keep)
         for obj in objects:
-            present.add(_key(obj))
+            unseen.discard(_key(obj))
             self._apply(obj, changes)
-        for key in [k for k in self._keys(kind) if k not in present]:
-            self._delete(kind, key[0], key[1], changes)
+        for namespace, name in unseen:
+            self._delete(kind, namespace, name, changes)
         self._emit(changes)
+
+    def keys(self, kind: str) -> set[tuple[str, str]]:
+        """The keys of `kind` now (a new set; the mark of a mark-and-sweep relist)."""
+        if kind == "ServiceImport":
+            return set(self.imports)
+        if kind == "EndpointSlice":
+            return set(self.slices)
+        return {("", n) for n in self.namespaces}
 
     @property
     def synced_all(self) -> bool:
@@ -95,16 +132,12 @@ class Store:
         return self.required <= self.synced
 
     def mark_synced(self, kind: str) -> None:
+        was = self.synced_all
         self.synced.add(kind)
+        if not was and self.synced_all:
+            self._emit(Changes(synced=True))
 
     # ----------------------------------------------------------------- internals
-
-    def _keys(self, kind: str) -> list[tuple[str, str]]:
-        if kind == "ServiceImport":
-            return list(self.imports)
-        if kind == "EndpointSlice":
-            return list(self.slices)
-        return [("", n) for n in self.namespaces]
 
     def _apply(self, obj: Object, changes: Changes) -> None:
         if isinstance(obj, ServiceImport):
@@ -116,9 +149,7 @@ class Store:
             key = (obj.namespace, obj.name)
             old = self.slices.get(key)
             if obj.dns_equivalent(old):
-                self.slices[key] = obj  # keep the newest trigger time without a recompile
-                self.by_service[(obj.namespace, obj.service)][obj.name] = obj
-                return
+                return  # the stored copy answers the same (only a trigger time, never read again, differs)
             if old is not None and old.service != obj.service:
                 self._unindex(old, changes)
             self.slices[key] = obj

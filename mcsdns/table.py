@@ -8,6 +8,13 @@ so a query never sees half a service.
 
 The table is also the `ZoneView` the zone logic reads for names it did not
 compile, so compiled and per-query answers come from the same objects.
+
+Nothing is compiled before the store's initial sync: the first lists of a
+kube source arrive kind by kind (ServiceImports, then EndpointSlices would
+compile every service twice), so their changes are collected and every
+service is compiled once when the store reports the sync. Until then queries
+take the zone logic, which answers the same from the same objects. After the
+sync every change is compiled as it arrives.
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ class Table:
         self._soa: dict[int, bytes] = {}
         self._negative: dict[tuple[int, int], Body] = {}
         self.on_programmed: Callable[[ServiceKey, str | None, bool], None] | None = None
+        # Until the initial sync nothing is compiled (see the module docstring); this keeps the
+        # trigger times of the changes held back, for the programming-latency metric. None after.
+        self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
         self._compile_apex()
 
     # ----------------------------------------------------------------- ZoneView
@@ -94,7 +104,15 @@ class Table:
     # ----------------------------------------------------------------- compiling
 
     def on_change(self, changes: Changes) -> None:
-        """Store listener: recompile what changed and bump the serial."""
+        """Store listener: recompile what changed and bump the serial (after the initial sync)."""
+        if self._deferred is not None:
+            for key, trigger in changes.triggers.items():
+                if trigger is not None:
+                    self._deferred.setdefault(key, trigger)
+            if self.store.synced_all:
+                triggers, self._deferred = self._deferred, None
+                self._compile_everything(triggers)
+            return
         services = set(changes.services)
         for ns in changes.namespaces:
             services.update(k for k in self.store.imports if k[0] == ns)
@@ -105,6 +123,18 @@ class Table:
                 imp = self.store.imports.get(key)
                 self.on_programmed(key, changes.triggers.get(key), bool(imp and imp.headless))
         self.bump()
+
+    def _compile_everything(self, triggers: dict[ServiceKey, str]) -> None:
+        """The initial sync: compile every service once (nothing was compiled before)."""
+        started = time.monotonic()
+        for key in list(self.store.imports):
+            self.compile(key)
+        if self.on_programmed is not None:
+            for key, trigger in triggers.items():
+                imp = self.store.imports.get(key)
+                self.on_programmed(key, trigger, bool(imp and imp.headless))
+        self.bump()
+        log.info("synced: compiled %d services in %.2fs", len(self.store.imports), time.monotonic() - started)
 
     def bump(self) -> None:
         self.generation += 1
@@ -122,22 +152,24 @@ class Table:
         if svc is None or not self.namespace_exposed(key[0]):
             return
         keys: list[bytes] = []
-        for labels in zone.service_names(svc):
-            if len(labels) > 3 and not labels[0].startswith("_"):
-                # Per-endpoint names (10 per service and more, rarely asked for a ClusterSetIP service)
-                # are compiled on their first query (Resolver -> remember): that keeps the table, and
-                # so memory and compile time per change, proportional to services, not endpoints.
-                continue
-            rel = encode_labels(labels)
-            for qtype in zone.COMPILED_TYPES:
-                ans = zone.answer(labels, qtype, self, self.ttl, self.config.ns_addresses)
-                if ans.nxdomain:
-                    continue  # negative answers depend on sync state: decided per query
-                for zwire in self.zones:
-                    lname = rel + zwire
-                    k = lname + QTYPE_IN[qtype]
-                    self.answers[k] = self.render(lname, len(zwire), ans)
-                    keys.append(k)
+        # Per-endpoint names (10 per service and more, rarely asked for a ClusterSetIP service)
+        # are compiled on their first query (Resolver -> remember): that keeps the table, and
+        # so memory and compile time per change, proportional to services, not endpoints.
+        # compile_service lists the service's entries once and groups them by name, so this
+        # costs O(entries + answers), not O(names x entries).
+        answers = zone.compile_service(svc, self, self.ttl, self.config.ns_addresses, endpoint_names=False)
+        last: tuple[str, ...] | None = None
+        rel = b""
+        for labels, qtype, ans in answers:
+            if ans.nxdomain:
+                continue  # negative answers depend on sync state: decided per query
+            if labels is not last:
+                last, rel = labels, encode_labels(labels)
+            for zwire in self.zones:
+                lname = rel + zwire
+                k = lname + QTYPE_IN[qtype]
+                self.answers[k] = self.render(lname, len(zwire), ans)
+                keys.append(k)
         self.owned[key] = keys
 
     def remember(self, key: ServiceKey, k: bytes, body: Body) -> None:

@@ -6,6 +6,15 @@ own daemon thread; its events come back to the event loop through
 the record table). That split keeps the DNS path free of blocking I/O and of
 locks.
 
+A list is applied page by page (mark and sweep, see store.py): the kind's
+keys are taken when its first page arrives, each page's objects go into the
+store as it arrives and strike their keys off, and the end of the list deletes
+the keys left. Until then objects not re-listed yet stay in service, so a
+relist never takes an answer away that it does not end up removing. The
+thread waits for a page to be applied before handing over the next, so at
+most two pages of new objects exist besides the store's own: a relist of 50k
+objects never holds a second copy of them.
+
 Failure policy, resource by resource:
   * not listed yet (missing CRD, RBAC forbids it, API down): not ready, the
     reason in /ready and in one log line per change of state, retried with
@@ -34,7 +43,9 @@ from .watching import (
     Deleted,
     Event,
     Expired,
+    Key,
     Listed,
+    ListedPage,
     Problem,
     Rejected,
     Resource,
@@ -70,6 +81,15 @@ class ResourceState:
     # Rejections already logged, by object: a resync re-reads the same invalid version
     # every few minutes, and that is not news.
     rejections: dict[tuple[str, str], str] = field(default_factory=dict)
+    # A list read in pages is in progress (pages applied, its end not seen yet); the keys held
+    # before it that no page has listed yet (deleted at its end; None: no sweep), the keys it
+    # rejected, how many objects it had.
+    paging: bool = False
+    listing: set[Key] | None = None
+    listing_keep: set[Key] = field(default_factory=set)
+    listing_count: int = 0
+    # Taken by the thread before it hands over a page, released once the loop applied it.
+    page_slot: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(1))
 
     def describe(self) -> str:
         if self.problem is not None:
@@ -142,12 +162,21 @@ class KubeSource:
         assert state.watcher is not None
         try:
             for event in state.watcher.forever():
+                if type(event) is ListedPage and not self._take_page_slot(state):
+                    return
                 if self._stop.is_set() or not self._post(state, event):
                     return
         except BaseException as exc:  # a bug: stop the app loudly instead of going stale
             if not self._stop.is_set():
                 self._crashed = exc
                 self._post_crash()
+
+    def _take_page_slot(self, state: ResourceState) -> bool:
+        """Wait until the loop has applied the previous page (False: stopping)."""
+        while not state.page_slot.acquire(timeout=0.1):
+            if self._stop.is_set():
+                return False
+        return True
 
     def _post(self, state: ResourceState, event: Event) -> bool:
         assert self._loop is not None
@@ -168,6 +197,13 @@ class KubeSource:
     # ----------------------------------------------------------------- events (loop thread)
 
     def _handle(self, state: ResourceState, event: Event) -> None:
+        if type(event) is ListedPage:
+            try:
+                if not self._stop.is_set():
+                    self._page(state, event)
+            finally:
+                state.page_slot.release()
+            return
         if self._stop.is_set():
             return
         match event:
@@ -184,29 +220,61 @@ class KubeSource:
             case Bookmark():
                 self.metrics.last_sync = time.monotonic()
             case Problem():
+                self._end_listing(state)  # a list cut short never sweeps: what it upserted stays
                 self._problem(state, event)
             case Expired():
+                self._end_listing(state)
                 log.info("%s: watch expired (410 Gone: %s); relisting", state.resource.kind, event.message)
             case UsingVersion():
                 if event.api_version != state.api_version:
                     state.api_version = event.api_version
                     log.info("%s: using %s", state.resource.kind, event.api_version)
 
+    def _page(self, state: ResourceState, event: ListedPage) -> None:
+        """One page of a longer list: upsert it, striking its keys off; the end of the list sweeps."""
+        if event.first:
+            state.paging, state.listing = True, self.store.keys(state.resource.kind)
+            state.listing_keep, state.listing_count = set(), 0
+        elif not state.paging:  # the start of this list was not seen: apply it, but never sweep
+            state.paging, state.listing = True, None
+            state.listing_keep, state.listing_count = set(), 0
+        if state.listing is not None:
+            state.listing.difference_update(event.keep)
+        state.listing_keep.update(event.keep)
+        state.listing_count += len(event.objects)
+        self.store.upsert(event.objects, state.listing)
+
+    def _end_listing(self, state: ResourceState) -> None:
+        state.paging, state.listing = False, None
+        state.listing_keep, state.listing_count = set(), 0
+
     def _listed(self, state: ResourceState, event: Listed) -> None:
+        """The end of a list (its last page): delete whatever the list did not contain (sweep)."""
         kind = state.resource.kind
-        self.store.replace(kind, event.objects, event.keep)
-        state.rejections = {k: v for k, v in state.rejections.items() if k in event.keep}
+        keep = set(event.keep)
+        count = len(event.objects)
+        if not state.paging:
+            self.store.replace(kind, event.objects, event.keep)  # the whole list in one page
+        else:
+            keep |= state.listing_keep
+            count += state.listing_count
+            if state.listing is not None:
+                self.store.replace(kind, event.objects, event.keep, state.listing)
+            else:
+                self.store.upsert(event.objects)
+            self._end_listing(state)
+        state.rejections = {k: v for k, v in state.rejections.items() if k in keep}
         self.metrics.relists[state.resource.plural] += 1
         self.metrics.last_sync = time.monotonic()
         self._recovered(state)
         if not state.synced:
             state.synced = True
+            log.info("%s: initial list done: %d objects (%d rejected)", kind, count, len(keep))
             self.store.mark_synced(kind)
-            log.info("%s: initial list done: %d objects (%d rejected)", kind, len(event.objects), len(event.keep))
             if self.store.synced_all:
                 log.info("every watched resource is listed: synced")
         else:
-            log.info("%s: relisted: %d objects", kind, len(event.objects))
+            log.info("%s: relisted: %d objects", kind, count)
 
     def _upserted(self, state: ResourceState, event: Upserted) -> None:
         obj = event.obj

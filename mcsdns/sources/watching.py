@@ -117,6 +117,19 @@ class Listed:
 
 
 @dataclass(frozen=True, slots=True)
+class ListedPage:
+    """A page of a list that has more pages: upsert these now; the `Listed` ending the list sweeps.
+
+    `first` starts a new list; `keep` are the keys of objects on this page that
+    were rejected (their last good version stays, as if listed).
+    """
+
+    objects: list[Object]
+    keep: frozenset[Key]
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Upserted:
     obj: Object
     arrived: float  # time.monotonic() when the event was read: programming latency origin
@@ -175,7 +188,7 @@ class Problem:
     retry_in: float
 
 
-Event = Listed | Upserted | Deleted | Rejected | Watching | Bookmark | UsingVersion | Expired | Problem
+Event = Listed | ListedPage | Upserted | Deleted | Rejected | Watching | Bookmark | UsingVersion | Expired | Problem
 
 
 def problem_for(resource: Resource, exc: ApiError, retry_in: float) -> Problem:
@@ -347,13 +360,19 @@ class Watcher:
         raise NotInstalled(f"{group} serves no {self.resource.plural} in {', '.join(self.resource.versions)}")
 
     def list(self, path: str) -> Iterator[Event]:
-        """Every object, page by page, converted as read; ends with one Listed event."""
-        objects: list[Object] = []
-        keep: set[Key] = set()
+        """Every object, converted as read: a ListedPage per page but the last, which is the Listed.
+
+        Each page is handed over as soon as it is read and its raw JSON dropped, so a relist of
+        50k objects never sits in memory whole beside the store (the source applies pages as
+        they come and sweeps at the Listed). A list of one page is one Listed.
+        """
+        first = True
         token: str | None = None
         while True:
             query = {"limit": PAGE_SIZE, "labelSelector": self.resource.label_selector, "continue": token}
             page = self.conn.get(path, query, self.resource.list_accept)
+            objects: list[Object] = []
+            keep: set[Key] = set()
             for raw in page.get("items") or []:
                 obj = self.convert(raw)
                 if isinstance(obj, Rejected):
@@ -362,9 +381,13 @@ class Watcher:
                 elif obj is not None:
                     objects.append(obj)
             meta = page.get("metadata") or {}
+            del page  # the raw JSON of this page: not kept while the next one is read
             token = meta.get("continue") or None
             if token is None:
                 break
+            yield ListedPage(objects, frozenset(keep), first)
+            first = False
+            del objects
             if self.stop.is_set():
                 return
         self.resource_version = str(meta.get("resourceVersion") or "")

@@ -1,0 +1,172 @@
+"""Compiling a service lists its entries once and groups them by name (compile.service_entries).
+
+These tests hold the grouped compile to what `answer()` says name by name, and check the
+answers of services with many ports. They are not timed: the speed figures come from a
+script that prints them (docs/reliability.md, Known limits), never from a unit test.
+"""
+
+from __future__ import annotations
+
+import dns.message
+import dns.rcode
+import dns.rdatatype
+
+from mcsdns import compile as zone
+from mcsdns.objects import Address, EndpointSlice, Port, ServiceImport, convert
+from mcsdns.resolve import Resolver
+from mcsdns.store import Store
+from mcsdns.table import Table, TableConfig
+
+Z = "clusterset.local."
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+NS_ADDRESSES = ("127.0.0.1",)
+
+
+def namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def service_import(name: str, type_: str, ips=(), ports=(), ns: str = "ns") -> dict:
+    return {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+            "metadata": {"name": name, "namespace": ns}, "spec": {"type": type_, "ips": list(ips), "ports": list(ports)}}  # fmt: skip
+
+
+def endpoint_slice(name: str, svc: str, cluster: str | None, endpoints, ports, family: str = "IPv4") -> dict:
+    labels = {"multicluster.kubernetes.io/service-name": svc}
+    if cluster is not None:
+        labels["multicluster.kubernetes.io/source-cluster"] = cluster
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": family,
+            "metadata": {"name": name, "namespace": "ns", "labels": labels}, "endpoints": list(endpoints), "ports": list(ports)}  # fmt: skip
+
+
+def make_table(*objects, namespaces=None) -> Table:
+    store = Store()
+    table = Table(TableConfig(("clusterset.local",), 5, namespaces, NS_ADDRESSES), store)
+    store.listener = table.on_change
+    for kind in ("Namespace", "ServiceImport", "EndpointSlice"):
+        store.mark_synced(kind)
+    store.apply(convert(namespace("ns")))
+    store.apply(convert(namespace("other")))
+    for obj in objects:
+        store.apply(obj if isinstance(obj, (ServiceImport, EndpointSlice)) else convert(obj))
+    return table
+
+
+def varied_services() -> list:
+    """Services whose names group differently: repeated numbers and names, protocols, families, clusters."""
+    mixed_ports = [
+        {"name": "http", "protocol": "TCP", "port": 80}, {"name": "http", "protocol": "UDP", "port": 80},
+        {"name": "dns", "protocol": "UDP", "port": 53}, {"name": "dns", "protocol": "TCP", "port": 53},
+        {"name": "sctp", "protocol": "SCTP", "port": 9}, {"port": 8080}, {"name": "noproto", "port": 81},
+        {"name": "again", "protocol": "TCP", "port": 80}, {"name": "p" * 63, "protocol": "TCP", "port": 63},
+    ] + [{"name": f"n{i}", "protocol": PROTOCOLS[i % 3], "port": 1000 + i % 4} for i in range(20)]  # fmt: skip
+    objs: list = [service_import("h", "Headless"), service_import("c", "ClusterSetIP", ["10.100.0.1", "fd00::100"], mixed_ports)]
+    n = 0
+    for cluster in ("c1", "c2", "a.b", None):
+        for family, ports in (("IPv4", mixed_ports), ("IPv6", mixed_ports[:5]), ("IPv4", [])):
+            endpoints = []
+            for e in range(6):
+                n += 1
+                address = f"10.1.{n // 250}.{n % 250}" if family == "IPv4" else f"fd00::{n:x}"
+                ep: dict = {"addresses": [address]}
+                if e % 3 == 0:
+                    ep["hostname"] = "dup" if e == 3 else f"host{e}"
+                if e == 5:
+                    ep["conditions"] = {"ready": False}
+                endpoints.append(ep)
+            objs.append(endpoint_slice(f"h-{n}", "h", cluster, endpoints, ports, family))
+    objs += [
+        endpoint_slice("c-1", "c", "c1", [{"addresses": ["10.7.0.1"], "hostname": "e1"}], mixed_ports[:2]),
+        service_import("noips", "ClusterSetIP", ports=mixed_ports[:3]),
+        service_import("noports", "ClusterSetIP", ["10.100.0.3"]),
+        service_import("unready", "Headless"),
+        endpoint_slice("unready-1", "unready", "c1", [{"addresses": ["10.8.0.1"], "conditions": {"ready": False}}], mixed_ports[:1]),
+        service_import("hidden", "ClusterSetIP", ["10.200.0.1"], mixed_ports[:1], ns="other"),
+        # Built directly: port names and protocols in mixed case share a `_name._proto` name.
+        ServiceImport("ns", "raw", True, (), ()),
+        EndpointSlice("ns", "raw-1", "raw", "C1", (Address("10.51.0.1", False, "A1"), Address("fd00::51", True, "b")),
+                      (Port(80, "HTTP", "TCP"), Port(81, "http", "tcp"), Port(82, "Http", "Tcp"), Port(83, "http", "UDP"))),
+    ]  # fmt: skip
+    return objs
+
+
+def test_compile_service_gives_what_answer_gives_for_every_name():
+    for namespaces in (None, frozenset({"ns"})):
+        table = make_table(*varied_services(), namespaces=namespaces)
+        for key in table.store.imports:
+            svc = table.service(*key)
+            expected = [
+                (labels, qtype, zone.answer(labels, qtype, table, 5, NS_ADDRESSES))
+                for labels in zone.service_names(svc)
+                for qtype in zone.COMPILED_TYPES
+            ]
+            assert list(zone.compile_service(svc, table, 5, NS_ADDRESSES)) == expected, key
+            without_endpoints = [e for e in expected if not zone.parse(e[0]).endpoint]
+            assert list(zone.compile_service(svc, table, 5, NS_ADDRESSES, endpoint_names=False)) == without_endpoints, key
+
+
+def ask(resolver: Resolver, name: str, qtype: str) -> dns.message.Message:
+    return dns.message.from_wire(resolver.handle(dns.message.make_query(name, qtype).to_wire(), True))
+
+
+def records(section, rdtype: int) -> list:
+    return [rd for rrset in section if rrset.rdtype == rdtype for rd in rrset]
+
+
+def test_headless_with_many_endpoints_and_named_ports():
+    """200 endpoints in two clusters x 40 named ports (TCP/UDP/SCTP, numbers repeated): each `_name._proto`
+    holds its own port's 200 targets, the service name all (target, port) pairs."""
+    ports = [{"name": f"p{i}", "protocol": PROTOCOLS[i % 3], "port": 1000 + i % 7} for i in range(40)]
+    objs = [service_import("big", "Headless")]
+    for c in ("c1", "c2"):
+        endpoints = [{"addresses": [f"10.{1 if c == 'c1' else 2}.0.{i + 1}"], "hostname": f"h{i}"} for i in range(100)]
+        objs.append(endpoint_slice(f"big-{c}", "big", c, endpoints, ports))
+    table = make_table(*objs)
+    resolver = Resolver(table)
+    addresses = {f"10.{k}.0.{i + 1}" for k in (1, 2) for i in range(100)}
+    targets = {f"h{i}.{c}.big.ns.svc.{Z}" for c in ("c1", "c2") for i in range(100)}
+    # A, AAAA (NODATA: no IPv6) and SRV for the service name and each of its 40 port names.
+    assert len(table.owned[("ns", "big")]) == 3 * 41
+    for i, port in enumerate(ports):
+        name = f"_p{i}._{port['protocol'].lower()}.big.ns.svc.{Z}"
+        srv = ask(resolver, name, "SRV")
+        assert srv.rcode() == dns.rcode.NOERROR
+        answers = records(srv.answer, dns.rdatatype.SRV)
+        assert {rd.target.to_text() for rd in answers} == targets and len(answers) == 200
+        assert {(rd.port, rd.weight, rd.priority) for rd in answers} == {(port["port"], 1, 0)}
+        assert {rd.address for rd in records(srv.additional, dns.rdatatype.A)} == addresses
+        a = ask(resolver, name, "A")
+        assert sorted(rd.address for rd in records(a.answer, dns.rdatatype.A)) == sorted(addresses)
+        assert ask(resolver, name, "AAAA").rcode() == dns.rcode.NOERROR  # exists, no IPv6: NODATA
+        wrong = f"_p{i}._{PROTOCOLS[(i + 1) % 3].lower()}.big.ns.svc.{Z}"
+        assert ask(resolver, wrong, "SRV").rcode() == dns.rcode.NXDOMAIN
+    # The service name's SRV: every (target, port) pair once (too many for one message: checked before rendering).
+    svc = table.service("ns", "big")
+    ((_, _, bare_srv),) = [r for r in zone.compile_service(svc, table, 5, NS_ADDRESSES, endpoint_names=False)
+                                   if r[0] == ("big", "ns", "svc") and r[1] == zone.SRV]  # fmt: skip
+    pairs = [(".".join(rec.data[3]), rec.data[2]) for rec in bare_srv.answer]
+    assert len(pairs) == len(set(pairs)) == 200 * 7
+    assert {rec.data[1] for rec in bare_srv.answer} == {1}
+    assert len(bare_srv.additional) == 200
+
+
+def test_clustersetip_with_a_thousand_named_ports():
+    """1000 named ports, dual stack, numbers repeated across names and protocols (D16 at scale)."""
+    ports = [{"name": f"p{i}", "protocol": PROTOCOLS[i % 3], "port": 1 + i % 250} for i in range(1000)]
+    table = make_table(service_import("wide", "ClusterSetIP", ["10.9.0.1", "fd00::9"], ports))
+    resolver = Resolver(table)
+    assert len(table.owned[("ns", "wide")]) == 3 * 1001  # A, AAAA and SRV for the service and each port name
+    for i in (0, 1, 2, 249, 250, 998, 999):
+        port = ports[i]
+        name = f"_p{i}._{port['protocol'].lower()}.wide.ns.svc.{Z}"
+        srv = ask(resolver, name, "SRV")
+        assert [(rd.port, rd.weight, rd.target.to_text()) for rd in records(srv.answer, dns.rdatatype.SRV)] == [
+            (port["port"], 50, f"wide.ns.svc.{Z}")
+        ]
+        assert [rd.address for rd in records(ask(resolver, name, "A").answer, dns.rdatatype.A)] == ["10.9.0.1"]
+        assert [rd.address for rd in records(ask(resolver, name, "AAAA").answer, dns.rdatatype.AAAA)] == ["fd00::9"]
+    bare = ask(resolver, f"wide.ns.svc.{Z}", "SRV")
+    answers = records(bare.answer, dns.rdatatype.SRV)
+    assert sorted(rd.port for rd in answers) == list(range(1, 251))  # one per number, whatever its names
+    assert {rd.weight for rd in answers} == {1}  # 100 // 2000 entries, at least 1
+    assert ask(resolver, f"_p1._tcp.wide.ns.svc.{Z}", "SRV").rcode() == dns.rcode.NXDOMAIN  # p1 is UDP
