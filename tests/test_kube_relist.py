@@ -12,21 +12,21 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dns.message
 import dns.rcode
 import pytest
+from prometheus_client import CollectorRegistry
 
 from kube_server import ES_API, MCS, NXDOMAIN, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.config import Config
+from mcsdns.metrics import Metrics
 from mcsdns.objects import Address, EndpointSlice, Namespace, Port, ServiceImport
 from mcsdns.resolve import Resolver
 from mcsdns.sources.kube import KubeSource
-from mcsdns.sources.watching import ListedPage
-from mcsdns.sources.watching import PAGE_SIZE, Listed, Problem, Upserted
+from mcsdns.sources.watching import PAGE_SIZE, Listed, ListedPage, Problem, Upserted
 from mcsdns.store import Store
 from mcsdns.table import Table, TableConfig
 from testbed import Testbed
@@ -34,25 +34,11 @@ from testbed import Testbed
 Z = "clusterset.local"
 
 
-class FakeMetrics:
-    def __init__(self) -> None:
-        self.watch_restarts: dict[str, int] = defaultdict(int)
-        self.relists: dict[str, int] = defaultdict(int)
-        self.watch_up: dict[str, bool] = {}
-        self.last_sync: float | None = None
-
-    def rejected(self, reason: str) -> None:
-        pass
-
-    def programmed_since(self, started: float, headless: bool) -> None:
-        pass
-
-
 def pipeline() -> tuple[KubeSource, Store, Table, Resolver]:
     store = Store()
     table = Table(TableConfig((Z,), 5, None, ("127.0.0.1",)), store)
     store.listener = table.on_change
-    return KubeSource(Config(), store, FakeMetrics()), store, table, Resolver(table)
+    return KubeSource(Config(), store, Metrics(CollectorRegistry())), store, table, Resolver(table)
 
 
 def imp(name: str, ip: str) -> ServiceImport:
