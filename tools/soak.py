@@ -45,7 +45,6 @@ import os
 import queue as queue_mod
 import random
 import select
-import signal
 import socket
 import struct
 import subprocess
@@ -59,6 +58,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the testbed (real etcd + kube-apiserver) and its process helpers
+
+from testbed import ApiError, KubeClient, Testbed, free_port, stop_popen  # noqa: E402
+
 ZONE = "clusterset.local"
 NAMESPACE = "soak"
 MCS = "multicluster.x-k8s.io"
@@ -225,9 +228,6 @@ class ApiWriter:
     """Writes only what changed to a Kubernetes API, with the testbed's small JSON client."""
 
     def __init__(self, kubeconfig: Path, model: Model) -> None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from testbed import KubeClient
-
         self.api = KubeClient.from_kubeconfig(kubeconfig)
         self.model = model
         self.api_version = self._import_version()
@@ -239,8 +239,6 @@ class ApiWriter:
 
     def write_all(self, state: dict[str, int]) -> None:
         """The initial state: every object applied (and the toggle import created or deleted)."""
-        from testbed import ApiError
-
         for obj in self.model.objects(state, self.api_version):
             try:
                 self.api.apply(obj)
@@ -560,20 +558,6 @@ def _show(canon: tuple) -> list:
 # =========================================================================== running mcsdns
 
 
-def free_port() -> int:
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                t.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port")
-
-
 def rss_kb(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -824,9 +808,6 @@ def soak(args: argparse.Namespace) -> dict:
     proc = None
     try:
         if args.testbed:
-            sys.path.insert(0, str(ROOT / "tests"))
-            from testbed import Testbed
-
             testbed = Testbed()
             testbed.start()
             testbed.install_crd("v0.5.0")
@@ -894,13 +875,8 @@ def soak(args: argparse.Namespace) -> dict:
             report["server_tracebacks"] = log_text.count("Traceback")
         return report
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_popen(proc, 10)
         if testbed is not None:
             testbed.stop()
 
