@@ -450,7 +450,7 @@ class Metrics(Collector):
         dropped = CounterMetricFamily("mcsdns_dropped_packets", "Packets dropped without a reply (no readable header, or a response).")
         dropped.add_metric([], self.dropped)
         yield dropped
-        rej = CounterMetricFamily("mcsdns_objects_rejected", "Objects rejected at ingest, by reason.", labels=["reason"])
+        rej = CounterMetricFamily("mcsdns_objects_rejected", "Objects rejected at ingest, and parts of served objects left out (DNS cannot represent them), by reason.", labels=["reason"])
         for reason, n in sorted(self.rejects.items()):
             rej.add_metric([reason], n)
         yield rej

@@ -7,9 +7,14 @@ dict is dropped: a table of 50k imports then costs a few hundred bytes per
 object instead of the tens of kilobytes a full API object (or a client model
 instance) would.
 
-Validation happens here too, once, at ingest: an object that DNS cannot
-represent raises :class:`InvalidObject` with a reason, the caller logs and
-counts it, and the rest of the table is unaffected.
+Validation happens here too, once, at ingest, by project decision 12: an
+object is never dropped whole for something DNS can serve around. Spellings
+CoreDNS accepts (a lower-case protocol `tcp`, a name like `1st`) are served as
+CoreDNS serves them; only the part DNS cannot represent (a non-IP entry of
+`spec.ips`, a port whose protocol is none of TCP/UDP/SCTP in any case) is left
+out, and the record says so in `omitted` for the source to log and count. An
+object is refused whole (:class:`InvalidObject`) only when it has no usable
+name or a field of the wrong JSON type, which the API itself never serves.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -30,13 +35,18 @@ ANNOTATION_TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
 HEADLESS = "Headless"
 CLUSTER_SET_IP = "ClusterSetIP"
 
-# RFC 1123 label, as Kubernetes validates namespace names and endpoint hostnames.
+# RFC 1123 label, as Kubernetes validates namespace names and endpoint hostnames. A ServiceImport
+# name must be one too: `1st` is (CoreDNS serves it), `a.b` (a valid object name) is not.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-# RFC 1035 label: Service (and so ServiceImport) names must also start with a letter.
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# An endpoint hostname as CoreDNS uses it: one label, compared case-insensitively.
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$")
+_DNS_LABEL_RULE = "lower-case letters, digits and '-', at most 63, not starting or ending with '-'"
 # A label value as Kubernetes allows it (the cluster id lives in one).
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-_PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A port name a `_name._proto` question can spell as one label (CoreDNS compares it case-insensitively).
+_PORT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+# Protocols an SRV name can carry (`_tcp`, `_udp`, `_sctp`), in any case: CoreDNS compares with EqualFold.
+PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 # The API server's own limits (EndpointSlice validation; the ServiceImport CRD's maxItems). Objects
 # from the API never exceed them; manifests might (a YAML alias can repeat a list 1000 times in a
@@ -70,6 +80,9 @@ class ServiceImport:
     headless: bool
     ips: tuple[str, ...]
     ports: tuple[Port, ...]
+    # What was left out because DNS cannot represent it (decision 12), one `field: why` per part;
+    # the source logs one warning and counts each. Not part of the answers: never compared.
+    omitted: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +103,7 @@ class EndpointSlice:
     addresses: tuple[Address, ...]
     ports: tuple[Port, ...]
     trigger_time: str | None = None  # last-change-trigger-time, for programming latency
+    omitted: tuple[str, ...] = field(default=(), compare=False)  # as ServiceImport.omitted
 
     def dns_equivalent(self, other: "EndpointSlice | None") -> bool:
         """True when `other` would produce the same answers (trigger time ignored)."""
@@ -137,17 +151,31 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _metadata(obj: dict, name_pattern: re.Pattern[str], namespaced: bool = True) -> tuple[str, str]:
+def _metadata(obj: dict, name_pattern: re.Pattern[str], namespaced: bool = True,
+              rule: str = _DNS_LABEL_RULE) -> tuple[str, str]:
     meta = _field(obj, "metadata", default={})
     name = _field(meta, "name", kind=str, default="", at="metadata")
     if not name_pattern.match(name):
-        raise InvalidObject(f"metadata.name {name!r} is not a valid DNS label")
+        raise InvalidObject(f"metadata.name {name!r} cannot be a DNS label ({rule})")
     if not namespaced:
         return "", name
     namespace = _field(meta, "namespace", kind=str, default="", at="metadata")
     if not _DNS_LABEL.match(namespace):
-        raise InvalidObject(f"metadata.namespace {namespace!r} is not a valid DNS label")
+        raise InvalidObject(f"metadata.namespace {namespace!r} cannot be a DNS label ({_DNS_LABEL_RULE})")
     return namespace, name
+
+
+def reason_of(message: str) -> str:
+    """`spec.ips[0]: ...` -> `spec.ips`: the bounded metric label of a rejection or omission message."""
+    head = message.split(":", 1)[0].split(" ", 1)[0]
+    return head.split("[", 1)[0] or "invalid"
+
+
+def report_omitted(ref: str, omitted: tuple[str, ...], count: Any) -> None:
+    """One warning for an object served without the parts DNS cannot represent; `count(reason)` per part."""
+    log.warning("%s served without what DNS cannot represent: %s", ref, "; ".join(omitted))
+    for message in omitted:
+        count(reason_of(message))
 
 
 def object_ref(obj: Any) -> str:
@@ -167,20 +195,35 @@ def _list(obj: dict, *path: str, limit: int, at: str = "") -> list:
     return items
 
 
-def _port(item: Any, where: str, *, required: bool) -> Port:
+def _port(item: Any, where: str, *, required: bool, omitted: list[str]) -> Port:
+    """One port as CoreDNS keeps it; its SRV records left out (a note in `omitted`) when no SRV can carry it.
+
+    Spelling is kept as written: CoreDNS matches `_name._proto` case-insensitively
+    (`tcp` answers `_tcp`), and so does compile. A protocol that is none of
+    TCP/UDP/SCTP in any case, or a number no SRV record can hold, makes the port
+    the "no port" sentinel (-1): it still counts for the addresses and the SRV
+    weights as in CoreDNS, but has no SRV record and no `_name._proto` name. A
+    name no question can spell as one label is dropped (the port stays):
+    CoreDNS never matches it either, and an unnamed port answers the same questions.
+    """
     if not isinstance(item, dict):
         raise InvalidObject(f"{where}: expected object")
     number = item.get("port")
     if number is None and not required:
         number = -1
-    elif isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
-        raise InvalidObject(f"{where}.port: {number!r} is not a port number (1..65535)")
+    elif isinstance(number, bool) or not isinstance(number, int):
+        raise InvalidObject(f"{where}.port: {number!r} is not a port number")
     name = _field(item, "name", kind=str, default="", at=where)
-    if name and not _PORT_NAME.match(name):
-        raise InvalidObject(f"{where}.name: {name!r} is not a valid port name")
     protocol = _field(item, "protocol", kind=str, default="", at=where)
-    if protocol not in ("", "TCP", "UDP", "SCTP"):
-        raise InvalidObject(f"{where}.protocol: {protocol!r} is not TCP, UDP or SCTP")
+    if protocol and protocol.upper() not in PROTOCOLS:
+        omitted.append(f"{where}.protocol: {protocol!r:.80} is none of TCP, UDP, SCTP; its SRV records are left out")
+        return NO_PORTS[0]
+    if number != -1 and not 0 <= number <= 65535:
+        omitted.append(f"{where}.port: {number} is no port number (0..65535); its SRV records are left out")
+        return NO_PORTS[0]
+    if name and not _PORT_NAME.match(name):
+        omitted.append(f"{where}.name: {name!r:.80} cannot be spelled as a DNS label; served as an unnamed port")
+        name = ""
     return Port(number, name, protocol)
 
 
@@ -225,22 +268,28 @@ def endpoint_hostname(hostname: str, ip: str) -> str:
 
 
 def to_service_import(obj: dict) -> ServiceImport:
-    """Strip a ServiceImport (v1alpha1 or v1beta1: identical schemas) to its DNS fields."""
-    namespace, name = _metadata(obj, _DNS1035_LABEL)
+    """Strip a ServiceImport (v1alpha1 or v1beta1: identical schemas) to its DNS fields.
+
+    As CoreDNS: any type but `Headless` (exactly) is a ClusterSetIP import (the
+    CRD allows only the two; a manifest may say anything).
+    """
+    namespace, name = _metadata(obj, _DNS_LABEL)
     spec = _field(obj, "spec", default={})
     kind = _field(spec, "type", kind=str, default="", at="spec")
+    omitted: list[str] = []
     if kind not in (HEADLESS, CLUSTER_SET_IP):
-        raise InvalidObject(f"spec.type: {kind!r} is not ClusterSetIP or Headless")
+        omitted.append(f"spec.type: {kind!r:.80} is not ClusterSetIP or Headless; served as ClusterSetIP, as CoreDNS does")
     ips: list[str] = []
     for i, text in enumerate(_list(spec, "ips", limit=MAX_IMPORT_IPS, at="spec")):
         if not isinstance(text, str) or parse_ip(text) is None:
-            raise InvalidObject(f"spec.ips[{i}]: {text!r} is not an IP address")
+            omitted.append(f"spec.ips[{i}]: {text!r:.80} is not an IP address; left out")
+            continue
         ips.append(text)
     ports = tuple(
-        _port(item, f"spec.ports[{i}]", required=True)
+        _port(item, f"spec.ports[{i}]", required=True, omitted=omitted)
         for i, item in enumerate(_field(spec, "ports", kind=list, default=[], at="spec"))
     )
-    return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports)
+    return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports, tuple(omitted))
 
 
 def to_endpoint_slice(obj: dict) -> EndpointSlice:
@@ -250,15 +299,16 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
     as ready, as in CoreDNS). Addresses that are not IPs are ignored with a
     warning (project decision 5); they never make the slice invalid.
     """
-    namespace, name = _metadata(obj, _DNS_LABEL_OR_GENERATED)
+    namespace, name = _metadata(obj, _DNS_LABEL_OR_GENERATED, rule="a DNS subdomain")
     labels = _field(obj, "metadata", "labels", default={})
     service = labels.get(LABEL_SERVICE_NAME)
-    if not isinstance(service, str) or not _DNS1035_LABEL.match(service):
-        raise InvalidObject(f"label {LABEL_SERVICE_NAME}={service!r} is not a service name")
+    if not isinstance(service, str) or not _DNS_LABEL.match(service):
+        raise InvalidObject(f"label {LABEL_SERVICE_NAME}={service!r} cannot name a ServiceImport ({_DNS_LABEL_RULE})")
     cluster = labels.get(LABEL_SOURCE_CLUSTER)
     if cluster is not None and (not isinstance(cluster, str) or not cluster or not _LABEL_VALUE.match(cluster)):
         raise InvalidObject(f"label {LABEL_SOURCE_CLUSTER}={cluster!r} is not a valid cluster id")
     addresses: list[Address] = []
+    omitted: list[str] = []
     ref = f"EndpointSlice {namespace}/{name}"
     not_ips, first_bad = 0, ""
     for i, ep in enumerate(_list(obj, "endpoints", limit=MAX_ENDPOINTS)):
@@ -267,8 +317,9 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
             raise InvalidObject(f"{where}: expected object")
         ready = _field(ep, "conditions", "ready", kind=bool, default=True, at=where)
         hostname = _field(ep, "hostname", kind=str, default="", at=where)
-        if hostname and not _DNS_LABEL.match(hostname):
-            raise InvalidObject(f"{where}.hostname: {hostname!r} is not a valid DNS label")
+        if hostname and not _HOST_LABEL.match(hostname):
+            omitted.append(f"{where}.hostname: {hostname!r:.80} cannot be a DNS label; the endpoint is left out")
+            continue
         addresses_raw = _field(ep, "addresses", kind=list, default=[], at=where)
         if len(addresses_raw) > MAX_ADDRESSES:
             raise InvalidObject(f"{where}.addresses: {len(addresses_raw)} items, more than the API allows ({MAX_ADDRESSES})")
@@ -285,11 +336,12 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
     if not_ips:  # one line per slice, not per address: a slice may hold 100k of them
         log.warning("%s: %d address(es) are not IP addresses and are ignored (first: %s)", ref, not_ips, first_bad)
     raw_ports = _list(obj, "ports", limit=MAX_SLICE_PORTS)
-    ports = tuple(_port(item, f"ports[{i}]", required=False) for i, item in enumerate(raw_ports)) or NO_PORTS
+    ports = tuple(_port(item, f"ports[{i}]", required=False, omitted=omitted) for i, item in enumerate(raw_ports))
     annotations = _field(obj, "metadata", "annotations", default={})
     trigger = annotations.get(ANNOTATION_TRIGGER_TIME)
     return EndpointSlice(
-        namespace, name, service, cluster, tuple(addresses), ports, trigger if isinstance(trigger, str) else None
+        namespace, name, service, cluster, tuple(addresses), ports or NO_PORTS,
+        trigger if isinstance(trigger, str) else None, tuple(omitted),
     )
 
 

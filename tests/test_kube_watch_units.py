@@ -111,16 +111,17 @@ def test_paginated_list_converts_items_and_keeps_invalid_ones() -> None:
     path = f"/apis/{MCS}/v1beta1/serviceimports"
     conn.gets[path] += [
         {"metadata": {"continue": "tok", "resourceVersion": "10"}, "items": [si("a", ["10.0.0.1"])]},
-        {"metadata": {"resourceVersion": "10"}, "items": [si("b", ["nope"]), si("c", ["10.0.0.3"])]},
+        {"metadata": {"resourceVersion": "10"}, "items": [si("b.x", ["10.0.0.2"]), si("c", ["10.0.0.3"])]},
     ]
     watcher = Watcher(conn, SI, threading.Event())
     events = take(watcher.list_then_watch(), 4)
     assert events[0] == UsingVersion(f"{MCS}/v1beta1")  # preferred over v1alpha1
     first = events[1]  # each page but the last is handed over as soon as it is read
     assert first == ListedPage([first.objects[0]], frozenset(), True) and first.objects[0].name == "a"
-    assert isinstance(events[2], Rejected) and events[2].key == ("ns", "b") and events[2].reason == "spec.ips"
+    # A name that cannot be a DNS label (a valid object name) is the one reason to refuse an import.
+    assert isinstance(events[2], Rejected) and events[2].key == ("ns", "b.x") and events[2].reason == "metadata.name"
     listed = events[3]  # the last page ends the list
-    assert isinstance(listed, Listed) and listed.keep == {("ns", "b")} and listed.resource_version == "10"
+    assert isinstance(listed, Listed) and listed.keep == {("ns", "b.x")} and listed.resource_version == "10"
     assert [o.name for o in listed.objects] == ["c"]
     pages = [q for verb, p, q in conn.log if p == path]
     assert pages[0]["limit"] == 500 and pages[0]["continue"] is None and pages[1]["continue"] == "tok"

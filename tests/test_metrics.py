@@ -51,8 +51,8 @@ INVALID_IMPORT = """
 ---
 apiVersion: multicluster.x-k8s.io/v1beta1
 kind: ServiceImport
-metadata: {name: broken, namespace: demo}
-spec: {type: Sideways, ports: [{port: 80, protocol: TCP}]}
+metadata: {name: broken.name, namespace: demo}
+spec: {type: ClusterSetIP, ports: [{port: 80, protocol: TCP}]}
 """
 
 

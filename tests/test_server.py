@@ -222,6 +222,8 @@ def _import(name, **spec):
 
 
 def test_invalid_objects_are_skipped_one_by_one(tmp_path):
+    """Decision 12: only an object whose name cannot be a DNS label is skipped; the others are
+    served without the part DNS cannot represent, each with one warning naming document and field."""
     bad = [
         _import("badip", ips=["10.9.0.300"]),
         _import("notype", type=None),
@@ -233,13 +235,19 @@ def test_invalid_objects_are_skipped_one_by_one(tmp_path):
     path.write_text(yaml.safe_dump_all([GOOD, *bad]))
     with Server("--manifests", str(path)) as s:
         assert s.query("good.app.svc." + Z).answer[0][0].address == "10.9.0.1"
-        for name in ("badip", "notype", "badport"):
-            assert s.query(f"{name}.app.svc.{Z}").rcode() == dns.rcode.NXDOMAIN
+        badip = s.query(f"badip.app.svc.{Z}")  # no IP left: the name exists without addresses (NODATA)
+        assert badip.rcode() == dns.rcode.NOERROR and not badip.answer and badip.authority
+        assert s.query(f"notype.app.svc.{Z}").answer[0][0].address == "10.9.0.2"  # as CoreDNS: ClusterSetIP
+        assert s.query(f"badport.app.svc.{Z}").answer[0][0].address == "10.9.0.2"
+        srv = s.query(f"badport.app.svc.{Z}", "SRV")  # the port no SRV can carry is left out
+        assert srv.rcode() == dns.rcode.NOERROR and not srv.answer
+        assert s.query(f"not_a_label.app.svc.{Z}").rcode() == dns.rcode.NXDOMAIN
         log = s.log()
-    assert "document 2: ServiceImport app/badip rejected: spec.ips[0]: '10.9.0.300' is not an IP address" in log
-    assert "document 3: ServiceImport app/notype rejected: spec.type" in log
-    assert "document 4: ServiceImport app/badport rejected: spec.ports[0].port: 70000" in log
-    assert "document 5: ServiceImport app/Not_A_Label rejected: metadata.name" in log
+    assert ("document 2: ServiceImport app/badip served without what DNS cannot represent: "
+            "spec.ips[0]: '10.9.0.300' is not an IP address; left out") in log
+    assert "document 3: ServiceImport app/notype served without what DNS cannot represent: spec.type: ''" in log
+    assert "document 4: ServiceImport app/badport served without what DNS cannot represent: spec.ports[0].port: 70000" in log
+    assert "document 5: ServiceImport app/Not_A_Label rejected: metadata.name 'Not_A_Label' cannot be a DNS label" in log
     assert "document 6: skipping ConfigMap app/x" in log
 
 
@@ -268,9 +276,9 @@ def test_changed_file_is_reread_and_bad_edits_keep_the_last_good_state(tmp_path)
         _wait_for(lambda: "invalid YAML/JSON" in s.log())
         assert s.query(name).answer[0][0].address == "10.9.0.7"
         assert f"{path}: invalid YAML/JSON at line" in s.log()
-        # An invalid edit of one object keeps that object's last good version.
-        path.write_text(yaml.safe_dump_all([dict(GOOD, spec=dict(GOOD["spec"], ips=["nope"]))]))
-        _wait_for(lambda: "'nope' is not an IP address" in s.log())
+        # An edit that refuses the object (a field of a type the API never serves) keeps its last good version.
+        path.write_text(yaml.safe_dump_all([dict(GOOD, spec=dict(GOOD["spec"], ips="10.9.0.8"))]))
+        _wait_for(lambda: "spec.ips: expected list, got str" in s.log())
         assert s.query(name).answer[0][0].address == "10.9.0.7"
         # A new file in the directory is picked up; removing it withdraws its objects.
         extra = tmp_path / "extra.json"

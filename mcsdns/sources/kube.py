@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Config
-from ..objects import EndpointSlice, Namespace, Object, ServiceImport
+from ..objects import EndpointSlice, Namespace, Object, ServiceImport, report_omitted
 from ..store import Store
 from .kubeapi import ApiConnection, load_configuration
 from .watching import (
@@ -81,6 +81,8 @@ class ResourceState:
     # Rejections already logged, by object: a resync re-reads the same invalid version
     # every few minutes, and that is not news.
     rejections: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Objects served without a part DNS cannot represent (decision 12), by object: reported once per version.
+    omissions: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     # A list read in pages is in progress (pages applied, its end not seen yet); the keys held
     # before it that no page has listed yet (deleted at its end; None: no sweep), the keys it
     # rejected, how many objects it had.
@@ -242,6 +244,7 @@ class KubeSource:
             state.listing.difference_update(event.keep)
         state.listing_keep.update(event.keep)
         state.listing_count += len(event.objects)
+        self._omitted(state, event.objects)
         self.store.upsert(event.objects, state.listing)
 
     def _end_listing(self, state: ResourceState) -> None:
@@ -253,6 +256,7 @@ class KubeSource:
         kind = state.resource.kind
         keep = set(event.keep)
         count = len(event.objects)
+        self._omitted(state, event.objects)
         if not state.paging:
             self.store.replace(kind, event.objects, event.keep)  # the whole list in one page
         else:
@@ -279,6 +283,7 @@ class KubeSource:
     def _upserted(self, state: ResourceState, event: Upserted) -> None:
         obj = event.obj
         state.rejections.pop(("" if isinstance(obj, Namespace) else obj.namespace, obj.name), None)
+        self._omitted(state, (obj,))
         visible = self._changes_answers(obj)
         self.store.apply(obj)
         # Slices carrying the trigger-time annotation are measured by the table from that time.
@@ -289,10 +294,24 @@ class KubeSource:
         kind = state.resource.kind
         namespace, name = event.key
         state.rejections.pop(event.key, None)
+        state.omissions.pop(event.key, None)
         old = self._current(kind, namespace, name)
         self.store.delete(kind, namespace, name)
         if old is not None:
             self._programmed(old, event.arrived)
+
+    def _omitted(self, state: ResourceState, objects) -> None:
+        """Warn and count, once per version, each object served without a part DNS cannot represent."""
+        for obj in objects:
+            omitted = getattr(obj, "omitted", ())
+            key = (obj.namespace, obj.name) if omitted or state.omissions else None
+            if key is None or state.omissions.get(key, ()) == omitted:
+                continue
+            if omitted:
+                state.omissions[key] = omitted
+                report_omitted(f"{state.resource.kind} {key[0]}/{key[1]}", omitted, self.metrics.rejected)
+            else:
+                state.omissions.pop(key, None)
 
     def _rejected(self, state: ResourceState, event: Rejected) -> None:
         if state.rejections.get(event.key) == event.message:

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from ..objects import KINDS, InvalidObject, Namespace, Object, convert, object_ref
+from ..objects import KINDS, InvalidObject, Namespace, Object, convert, object_ref, reason_of, report_omitted
 from ..store import Store
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,10 @@ class ManifestSource:
                 log.info("%s %s: skipping %s (mcsdns reads ServiceImport, EndpointSlice, Namespace)", path, position, object_ref(raw))
                 continue
             try:
-                objects.append(convert(raw))
+                obj = convert(raw)
+                objects.append(obj)
+                if getattr(obj, "omitted", ()):
+                    report_omitted(f"{path} {position}: {object_ref(raw)}", obj.omitted, self.on_error)
             except InvalidObject as exc:
                 log.error("%s %s: %s rejected: %s", path, position, object_ref(raw), exc)
                 self.on_error(_reason(exc))
@@ -228,9 +231,7 @@ class ManifestSource:
 
 
 def _reason(exc: InvalidObject) -> str:
-    text = str(exc)
-    field_name = text.split(":", 1)[0].split(" ", 1)[0]
-    return field_name.split("[", 1)[0] or "invalid"
+    return reason_of(str(exc))
 
 
 def _one_line(exc: Exception) -> str:

@@ -31,6 +31,7 @@ from ..objects import (
     MCS_GROUP,
     InvalidObject,
     Object,
+    reason_of,
     to_endpoint_slice,
     to_namespace,
     to_service_import,
@@ -272,8 +273,7 @@ class Watchdog:
 
 def rejection_reason(exc: InvalidObject) -> str:
     """`spec.ips[0]: ...` -> `spec.ips`: a bounded label for the rejected-objects metric."""
-    head = str(exc).split(":", 1)[0].split(" ", 1)[0]
-    return head.split("[", 1)[0] or "invalid"
+    return reason_of(str(exc))
 
 
 def object_key(raw: Any) -> Key | None:

@@ -1,0 +1,128 @@
+"""Project decision 12 in-process: never drop what CoreDNS serves.
+
+Spellings CoreDNS accepts are served as CoreDNS serves them (a lower-case
+protocol `tcp` answers `_tcp`, as its `matchPortAndProtocol` compares with
+strings.EqualFold; a name that is a DNS label but not a DNS-1035 one, `1st`).
+Only the part DNS cannot represent is left out -- a non-IP entry of
+`spec.ips`, a port whose protocol is none of TCP/UDP/SCTP -- with one warning
+and a count by reason. A name that cannot be a DNS label refuses the object.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import dns.message
+import dns.rcode
+import pytest
+import yaml
+
+from cases import section_lines
+from mcsdns.objects import InvalidObject, Port, convert
+from mcsdns.resolve import Resolver
+from mcsdns.sources.manifests import ManifestSource
+from mcsdns.store import Store
+from mcsdns.table import Table, TableConfig
+
+Z = "clusterset.local."
+MCS = "multicluster.x-k8s.io/v1beta1"
+
+
+def _import(name: str, ips: list, ports: list, kind: str = "ClusterSetIP") -> dict:
+    return {"apiVersion": MCS, "kind": "ServiceImport", "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"type": kind, "ips": ips, "ports": ports}}
+
+
+OBJECTS = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}},
+    _import("lower", ["10.1.0.1"], [{"name": "http", "port": 80, "protocol": "tcp"},
+                                    {"name": "DNS", "port": 53, "protocol": "Udp"}]),
+    _import("1st", ["10.1.0.2"], [{"name": "http", "port": 80, "protocol": "TCP"}]),
+    _import("badip", ["not-an-ip", "fd00::2"], [{"name": "http", "port": 80, "protocol": "TCP"}]),
+    _import("icmp", ["10.1.0.3"], [{"name": "http", "port": 80, "protocol": "TCP"},
+                                   {"name": "ping", "port": 7, "protocol": "ICMP"}]),
+    _import("two.labels", ["10.1.0.4"], [{"name": "http", "port": 80, "protocol": "TCP"}]),
+]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Resolver, list[str]]:
+    path = Path(tmp_path_factory.mktemp("partial")) / "objects.yaml"
+    path.write_text(yaml.safe_dump_all(OBJECTS))
+    store = Store()
+    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1",)), store)
+    store.listener = table.on_change
+    counted: list[str] = []
+    ManifestSource([path], store, on_error=counted.append).load()
+    return Resolver(table), counted
+
+
+def ask(resolver: Resolver, name: str, qtype: str) -> dns.message.Message:
+    q = dns.message.make_query(name + Z, qtype)
+    return dns.message.from_wire(resolver.handle(q.to_wire(), False))
+
+
+def test_lower_case_protocols_answer_srv_names_as_in_coredns(served) -> None:
+    resolver, _ = served
+    reply = ask(resolver, "_http._tcp.lower.ns.svc.", "SRV")
+    assert section_lines(reply.answer) == {f"_http._tcp.lower.ns.svc.{Z} 5 SRV 0 100 80 lower.ns.svc.{Z}"}
+    reply = ask(resolver, "_dns._udp.lower.ns.svc.", "SRV")  # name and protocol in any case
+    assert section_lines(reply.answer) == {f"_dns._udp.lower.ns.svc.{Z} 5 SRV 0 100 53 lower.ns.svc.{Z}"}
+    assert ask(resolver, "_http._udp.lower.ns.svc.", "SRV").rcode() == dns.rcode.NXDOMAIN
+    bare = ask(resolver, "lower.ns.svc.", "SRV")
+    assert section_lines(bare.answer) == {f"lower.ns.svc.{Z} 5 SRV 0 50 80 lower.ns.svc.{Z}",
+                                          f"lower.ns.svc.{Z} 5 SRV 0 50 53 lower.ns.svc.{Z}"}
+
+
+def test_a_dns_label_that_is_not_dns_1035_is_served(served) -> None:
+    resolver, _ = served
+    assert section_lines(ask(resolver, "1st.ns.svc.", "A").answer) == {f"1st.ns.svc.{Z} 5 A 10.1.0.2"}
+
+
+def test_a_non_ip_entry_of_spec_ips_is_left_out_alone(served) -> None:
+    resolver, _ = served
+    assert section_lines(ask(resolver, "badip.ns.svc.", "AAAA").answer) == {f"badip.ns.svc.{Z} 5 AAAA fd00::2"}
+    a = ask(resolver, "badip.ns.svc.", "A")
+    assert a.rcode() == dns.rcode.NOERROR and not a.answer and a.authority  # NODATA: no IPv4 left
+
+
+def test_a_port_no_srv_can_carry_loses_only_its_srv(served) -> None:
+    """ICMP: the port counts for the addresses and the SRV weights as in CoreDNS, has no SRV and no name."""
+    resolver, _ = served
+    assert section_lines(ask(resolver, "icmp.ns.svc.", "A").answer) == {f"icmp.ns.svc.{Z} 5 A 10.1.0.3"}
+    bare = ask(resolver, "icmp.ns.svc.", "SRV")
+    assert section_lines(bare.answer) == {f"icmp.ns.svc.{Z} 5 SRV 0 50 80 icmp.ns.svc.{Z}"}
+    assert ask(resolver, "_ping._icmp.icmp.ns.svc.", "SRV").rcode() == dns.rcode.NXDOMAIN
+
+
+def test_only_a_name_that_cannot_be_a_label_refuses_the_import(served) -> None:
+    resolver, counted = served
+    assert ask(resolver, "two.labels.ns.svc.", "A").rcode() == dns.rcode.NXDOMAIN
+    with pytest.raises(InvalidObject, match=r"metadata.name 'two.labels' cannot be a DNS label"):
+        convert(OBJECTS[-1])
+    # One count per part left out or object refused, by reason.
+    assert sorted(counted) == ["metadata.name", "spec.ips", "spec.ports"]
+
+
+def test_omissions_are_named_in_one_warning_per_object(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(_import("many", ["x", "y"], [{"port": 1, "protocol": "ICMP"}, {"port": 70000}])))
+    counted: list[str] = []
+    with caplog.at_level(logging.WARNING):
+        ManifestSource([path], Store(), on_error=counted.append).load()
+    lines = [r.getMessage() for r in caplog.records if "served without" in r.getMessage()]
+    assert len(lines) == 1 and "ServiceImport ns/many" in lines[0]
+    for part in ("spec.ips[0]: 'x'", "spec.ips[1]: 'y'", "spec.ports[0].protocol: 'ICMP'", "spec.ports[1].port: 70000"):
+        assert part in lines[0]
+    assert sorted(counted) == ["spec.ips", "spec.ips", "spec.ports", "spec.ports"]
+
+
+def test_spellings_are_kept_as_written() -> None:
+    """Record what was written; compile compares case-insensitively, as CoreDNS does."""
+    imp = convert(OBJECTS[1])
+    assert imp.ports == (Port(80, "http", "tcp"), Port(53, "DNS", "Udp")) and not imp.omitted
+    weird = convert(_import("w", [], [{"name": "a b", "port": 9, "protocol": "TCP"}], kind="headless"))
+    assert not weird.headless  # as CoreDNS: only `Headless` exactly is headless
+    assert weird.ports == (Port(9, "", "TCP"),)  # a name no question can spell: an unnamed port
+    assert len(weird.omitted) == 2
