@@ -144,6 +144,12 @@ MAIN = [
     case("D22", "1-2-3-4.testns.pod.Z", "A", "NXDOMAIN", soa=True),
     case("D23", "svc1.unexposedns.svc.Z", "A", "NXDOMAIN", soa=True),
     case("kubedns-ns", "kubedns.kube-system.svc.Z", "A", "NXDOMAIN", soa=True),  # kube-system not in --namespaces
+    # The fixture's imports spell protocols as CoreDNS's handler_test does (`tcp`): `_tcp` matches them
+    # (strings.EqualFold), another protocol does not.
+    case("lc-proto-dual", "_http._tcp.svc-dual-stack.testns.svc.Z", "SRV",
+         answer=["_http._tcp.svc-dual-stack.testns.svc.Z 5 SRV 0 50 80 svc-dual-stack.testns.svc.Z"],
+         additional=["svc-dual-stack.testns.svc.Z 5 A 10.0.0.3", "svc-dual-stack.testns.svc.Z 5 AAAA 10::3"]),
+    case("lc-proto-other", "_http._sctp.svc6.testns.svc.Z", "SRV", "NXDOMAIN", soa=True),
     case("port-wildcard", "_._tcp.svc1.testns.svc.Z", "SRV", answer=["_._tcp.svc1.testns.svc.Z 5 SRV 0 100 80 svc1.testns.svc.Z"],
          additional=["svc1.testns.svc.Z 5 A 10.0.0.1"]),
 ]
