@@ -246,9 +246,13 @@ def _unusual() -> str:
 
 
 def differences(a: Reply, b: Reply) -> list[str]:
-    """Which parts of two replies to the same question differ ([] = equal)."""
+    """Which parts of two replies to the same question differ ([] = equal).
+
+    A missing or unreadable reply is never equal to anything, not even to another
+    silence: two silent servers are a failure to look at, not an agreement.
+    """
     if a.error or b.error:
-        return [] if a.error == b.error else ["reply"]
+        return ["reply"]
     out = []
     if a.rcode != b.rcode:
         out.append("rcode")
@@ -386,31 +390,56 @@ TALLY = Tally()
 
 def compare(phase: str, ports: tuple[int, int], items: list[tuple[tuple[str, ...], Ask]], ds, *,
             tally: Tally | None = TALLY, record: bool = True) -> list[Difference]:
-    """Ask both servers (CoreDNS first in `ports`), classify each difference; all differences returned."""
-    from .decisions import explain
-    from .generator import classify
+    """Ask both servers (CoreDNS first in `ports`), classify each difference; all differences returned.
+
+    For a question about a service with a twin (generator.Dataset.twins), CoreDNS is also
+    asked the same question about the twin: the decisions expect that reply from mcsdns.
+    """
+    from .decisions import Context, explain, map_twin
+    from .generator import classify, twin_ask, twin_of
+    from .harness import NS_ADDRESS
 
     asks = [a for _, a in items]
     coredns, mcsdns = ask_both(ports, asks)
-    # A lost datagram on a busy machine is not a difference: ask again, patiently, where one
-    # server seemed silent (a server that never answers a question stays silent).
+    twins: dict[int, tuple[str, Ask]] = {}
+    for i, (labels, ask) in enumerate(items):
+        twin = twin_of(labels, ds)
+        if twin is not None:
+            twins[i] = (twin, twin_ask(ask, labels, twin))
+    twin_replies: dict[int, Reply] = {}
+    if twins:
+        order = sorted(twins)
+        got = [normalize(w) for w in exchange(ports[0], [twins[i][1] for i in order], timeout=2.0, retries=2)]
+        twin_replies = dict(zip(order, got))
+
+    def context(i: int) -> "Context":
+        labels, ask = items[i]
+        form, tags = classify(labels, ds)
+        twin = None
+        if i in twin_replies:
+            low = tuple(x.lower() for x in labels)
+            twin = map_twin(twin_replies[i], twins[i][0], low[-3], low[-2])
+        return Context(form, tags, ask, coredns[i], twin, NS_ADDRESS)
+
+    # A lost datagram on a busy machine is not a difference: ask again, patiently, where a server
+    # seemed silent and no decision expects what the other said (a server that never answers a
+    # question stays silent, and that stays a difference).
     silent = [i for i, (a, b) in enumerate(zip(coredns, mcsdns))
-              if (a is NO_REPLY) != (b is NO_REPLY)
-              and not explain(*classify(items[i][0], ds), asks[i], differences(a, b), a, b)]
+              if (a.error or b.error) and not explain(context(i), b)]
     if silent:
         again = ask_both(ports, [asks[i] for i in silent], timeout=3.0, retries=2)
         for n, i in enumerate(silent):
             coredns[i], mcsdns[i] = again[0][n], again[1][n]
     out = []
-    for (labels, ask), a, b in zip(items, coredns, mcsdns):
-        form, tags = classify(labels, ds)
+    for i, ((labels, ask), a, b) in enumerate(zip(items, coredns, mcsdns)):
+        ctx = context(i)
         parts = differences(a, b)
         diff = None
         if parts:
-            diff = Difference(phase, form, ask, parts, a, b, explain(form, tags, ask, parts, a, b))
+            diff = Difference(phase, ctx.form, ask, parts, a, b, explain(ctx, b))
             out.append(diff)
         if record and tally is not None:
-            tally.record(phase, form, ask, diff)
+            tally.record(phase, ctx.form, ask, diff)
     return out
 
 

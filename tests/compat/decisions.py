@@ -1,117 +1,184 @@
-"""The deliberate differences from CoreDNS, machine-readable.
+"""The deliberate differences from CoreDNS, machine-readable, each as the exact reply it expects.
 
 docs/compatibility.md mirrors this list (its "Deliberate differences" table has
 one row per id, in this order; test_differential.py checks that both agree).
-A difference between the two servers' replies is accepted only when the parts
-the decisions claim (rcode, a section, the OPT record, the reply itself) cover
-every part that differs; anything else fails the suite.
+Every id but `edns-options` is a numbered project decision of the contract.
 
-Each predicate sees the question's name form and the tags the generator put on
-the service it names, the question, which parts differ, and both replies. The
-predicates are narrow on purpose: they also check the shape of the difference,
-so a new, unrelated divergence on the same names is still caught.
+A decision does not say which parts of a reply may differ: it says what mcsdns
+must answer instead. Given the question and CoreDNS's reply (and, for a service
+that has a twin, CoreDNS's reply to the same question about the twin: the same
+objects without the part mcsdns leaves out), each decision that applies turns
+the reply expected so far into the one its text prescribes. A difference is
+explained only when mcsdns's reply equals that expected reply in every compared
+part (rcode, flags, every section, the OPT record). Hence:
+
+* silence from mcsdns is never explained (no decision expects it);
+* silence from CoreDNS is a difference a decision must name, by expecting a
+  reply of its own (a twin's), never by accepting "no reply";
+* a decision that applies but expects what CoreDNS said explains nothing.
+
+tests/compat/test_decisions.py feeds each decision wrong mcsdns replies
+(SERVFAIL, a wrong address, a missing SOA, no reply) and checks it refuses them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from .compare import Reply
+from .compare import Reply, differences
 from .dnsclient import Ask
-from .generator import CLUSTERLESS, INVALID_IMPORT, NON_IP_ADDRESS
+from .generator import CLUSTERLESS, NON_IP_ADDRESS, NON_IP_IMPORT_IP, ZONE
 
-SECTIONS = {"rcode", "answer", "authority", "additional"}
+
+@dataclass(frozen=True)
+class Context:
+    """What a decision may look at: the question, its name form and service tags, CoreDNS's reply,
+    CoreDNS's reply about the twin (names mapped back to the service; None: no twin), and the
+    address mcsdns advertises (--ns-address)."""
+
+    form: str
+    tags: frozenset[str]
+    ask: Ask
+    coredns: Reply
+    twin: Reply | None = None
+    ns_address: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
 class Decision:
     id: str
+    contract: str  # where the contract (shared spec, "Project decisions") states it
     title: str
-    # (form, service tags, question, differing parts, CoreDNS reply, mcsdns reply) -> parts it explains
-    claims: Callable[[str, frozenset[str], Ask, list[str], Reply, Reply], set[str]]
+    # (context, reply expected so far) -> the reply expected once this decision applies, or None
+    expect: Callable[[Context, Reply], Reply | None]
 
 
-def _ns_address(form: str, tags, ask: Ask, parts, coredns: Reply, mcsdns: Reply) -> set[str]:
-    """Apex NS and ns.dns.Z: CoreDNS outside a cluster finds neither its own Service nor a
-    non-loopback bound address, so it answers NODATA where mcsdns answers the advertised
-    --ns-address (127.0.0.1 in the suite). And CoreDNS recognizes ns.dns.Z only when the
-    zone is spelled in lower case (isDefaultNS compares the lower-cased name with the zone
-    as asked); otherwise the name is invalid for it: NXDOMAIN, or SERVFAIL before sync."""
-    if form == "apex":
-        return SECTIONS - {"rcode"} if ask.qtype == "NS" and _nodata(coredns) else set()
-    if form != "ns.dns":
-        return set()
-    if ask.qname.endswith("clusterset.local."):
-        return {"answer", "authority"} if ask.qtype in ("A", "AAAA") and _nodata(coredns) else set()
-    return SECTIONS if coredns.rcode in ("NXDOMAIN", "SERVFAIL") and mcsdns.rcode == "NOERROR" else set()
+# --------------------------------------------------------------------------- helpers
 
 
-def _nodata(r: Reply) -> bool:
-    return r.rcode == "NOERROR" and not r.answer and not r.additional
+def _soa(r: Reply) -> frozenset[str]:
+    return frozenset(line for line in r.authority if " IN SOA " in line)
 
 
-def _clusterless(form: str, tags, ask: Ask, parts, coredns: Reply, mcsdns: Reply) -> set[str]:
-    """A service with a slice lacking the source-cluster label: CoreDNS builds SRV targets with
-    an empty label (`host..svc...`), cannot pack the reply and sends nothing; it answers
-    `<host>.<svc>.<ns>.svc.Z` from that slice, where mcsdns has no such name (NXDOMAIN)."""
-    if CLUSTERLESS not in tags:
-        return set()
-    if coredns.error == "no reply":
-        return {"reply"}
-    return SECTIONS if coredns.rcode == "NOERROR" and mcsdns.rcode == "NXDOMAIN" else set()
+def _zone_as_asked(ask: Ask) -> str:
+    return ask.qname.rstrip(".")[-len(ZONE):] + "."
 
 
-def _invalid_import(form: str, tags, ask: Ask, parts, coredns: Reply, mcsdns: Reply) -> set[str]:
-    """A ServiceImport mcsdns rejects at ingest (non-IP in spec.ips, a protocol other than
-    TCP/UDP/SCTP, a name that is not a DNS-1035 label): for mcsdns the service does not exist."""
-    return SECTIONS if INVALID_IMPORT in tags and mcsdns.rcode == "NXDOMAIN" else set()
+def _ttl(soa: frozenset[str]) -> int:
+    return int(next(iter(soa)).split(" ")[1]) if soa else 5
 
 
-def _non_ip_address(form: str, tags, ask: Ask, parts, coredns: Reply, mcsdns: Reply) -> set[str]:
-    """A non-IP endpoint address (FQDN slice): CoreDNS answers a CNAME to it (and the endpoint's
-    names exist); mcsdns ignores the address, so an endpoint with no other address has no name."""
-    if NON_IP_ADDRESS not in tags:
-        return set()
-    cname = any(" IN CNAME " in line for line in coredns.answer)
-    return SECTIONS if cname or (coredns.rcode == "NOERROR" and mcsdns.rcode == "NXDOMAIN") else set()
+def _twin(ctx: Context) -> Reply | None:
+    return ctx.twin if ctx.twin is not None and not ctx.twin.error else None
 
 
-def _edns_options(form: str, tags, ask: Ask, parts, coredns: Reply, mcsdns: Reply) -> set[str]:
-    """CoreDNS copies the query's NSID, EXPIRE, COOKIE, TCP-KEEPALIVE and PADDING options into
-    the reply's OPT verbatim (it reuses the query's OPT record); mcsdns implements none of them
-    and answers with an OPT that carries no options (RFC 6891 6.1.2, RFC 7873 5.2.1)."""
-    if coredns.edns is None or mcsdns.edns is None:
-        return set()
-    sent = {(code, data.hex()) for code, data in ask.options}
-    same_otherwise = coredns.edns[:3] == mcsdns.edns[:3] and mcsdns.edns[3] == ()
-    return {"edns"} if same_otherwise and set(coredns.edns[3]) <= sent else set()
+# --------------------------------------------------------------------------- the decisions
 
 
-def _never(*_args) -> set[str]:
-    return set()
+def _clusterless(ctx: Context, expected: Reply) -> Reply | None:
+    """Decision 4: a slice without a source-cluster label counts for the service's addresses
+    (A/AAAA of the service name and of its `_port._proto` names: CoreDNS's reply itself) and for
+    nothing else: every other question gets CoreDNS's reply about the twin (the same service
+    without that slice). CoreDNS cannot pack SRV targets with an empty label and sends no reply."""
+    if CLUSTERLESS not in ctx.tags:
+        return None
+    if ctx.ask.qtype in ("A", "AAAA") and ctx.form in ("service", "port-proto"):
+        return expected
+    return _twin(ctx)
+
+
+def _non_ip_address(ctx: Context, expected: Reply) -> Reply | None:
+    """Decision 5: endpoint addresses that are not IPs (an FQDN slice) are ignored: mcsdns answers
+    every question as CoreDNS answers it about the twin without that slice (CoreDNS instead
+    answers CNAMEs to the address, and the endpoint's own names exist)."""
+    return _twin(ctx) if NON_IP_ADDRESS in ctx.tags else None
+
+
+def _non_ip_import_ip(ctx: Context, expected: Reply) -> Reply | None:
+    """Decision 12: a non-IP entry of a ServiceImport's spec.ips is left out, the rest of the
+    import is served: mcsdns answers as CoreDNS answers about the twin without that entry
+    (CoreDNS answers a CNAME to the string)."""
+    return _twin(ctx) if NON_IP_IMPORT_IP in ctx.tags else None
+
+
+def _ns_address(ctx: Context, expected: Reply) -> Reply | None:
+    """Decision 7: the apex NS is `ns.dns.Z` and `ns.dns.Z` answers the advertised --ns-address
+    (one IPv4 address in the suite), in any spelling of the zone (RFC 4343). CoreDNS outside a
+    cluster finds neither its own Service nor a non-loopback address (NODATA), and it recognizes
+    `ns.dns.Z` only with the zone in lower case (otherwise: NXDOMAIN, SERVFAIL before sync)."""
+    zone = _zone_as_asked(ctx.ask)
+    soa = _soa(expected)
+    ttl = _ttl(soa)
+    glue = f"ns.dns.{ZONE}. {ttl} IN A {ctx.ns_address}"
+    if ctx.form == "apex" and ctx.ask.qtype == "NS":
+        return replace(expected, rcode="NOERROR", answer=frozenset({f"{ZONE}. {ttl} IN NS ns.dns.{zone}"}),
+                       authority=frozenset(), additional=frozenset({glue}))
+    if ctx.form != "ns.dns" or expected.error:
+        return None
+    if ctx.ask.qtype == "A":
+        return replace(expected, rcode="NOERROR", answer=frozenset({glue}), authority=frozenset(),
+                       additional=frozenset())
+    if ctx.ask.qname.rstrip(".").endswith(ZONE) or not soa:
+        return None  # lower-case zone: CoreDNS's reply to the other types is the one expected
+    return replace(expected, rcode="NOERROR", answer=frozenset(), authority=soa, additional=frozenset())
+
+
+def _edns_options(ctx: Context, expected: Reply) -> Reply | None:
+    """Not a numbered decision: CoreDNS copies the query's NSID, EXPIRE, COOKIE, TCP-KEEPALIVE and
+    PADDING options into the reply (it reuses the query's OPT record); mcsdns implements none of
+    them and sends the same OPT without options (RFC 6891 6.1.2, RFC 7873 5.2.1)."""
+    if expected.edns is None or not expected.edns[3]:
+        return None
+    sent = {(code, data.hex()) for code, data in ctx.ask.options}
+    if not set(expected.edns[3]) <= sent:
+        return None  # an option CoreDNS made up itself is not this decision's
+    return replace(expected, edns=expected.edns[:3] + ((),))
 
 
 DECISIONS: list[Decision] = [
-    Decision("v1beta1", "ServiceImports are read at v1beta1 when served (CoreDNS: v1alpha1 only)", _never),
-    Decision("ns-address", "Apex NS and ns.dns.Z answer the advertised --ns-address", _ns_address),
-    Decision("clusterless-slice", "Slices without a source-cluster label make no per-endpoint names or SRV records",
-             _clusterless),
-    Decision("invalid-import", "A ServiceImport DNS cannot represent is rejected as a whole", _invalid_import),
-    Decision("non-ip-address", "Non-IP endpoint addresses (FQDN slices) are ignored", _non_ip_address),
-    Decision("edns-options", "EDNS options of the query are not echoed", _edns_options),
+    Decision("v1beta1", "decision 2", "ServiceImports are read at v1beta1 when served (CoreDNS: v1alpha1 only)",
+             lambda ctx, expected: None),
+    Decision("ns-address", "decision 7", "Apex NS and ns.dns.Z answer the advertised --ns-address", _ns_address),
+    Decision("clusterless-slice", "decision 4",
+             "Slices without a source-cluster label make no per-endpoint names or SRV records", _clusterless),
+    Decision("non-ip-address", "decision 5", "Non-IP endpoint addresses (FQDN slices) are ignored", _non_ip_address),
+    Decision("non-ip-import-ip", "decision 12", "A non-IP entry of a ServiceImport's spec.ips is left out",
+             _non_ip_import_ip),
+    Decision("edns-options", "none (RFC 6891, RFC 7873)", "EDNS options of the query are not echoed", _edns_options),
 ]
 
 BY_ID = {d.id: d for d in DECISIONS}
 
 
-def explain(form: str, tags: frozenset[str], ask: Ask, parts: list[str], coredns: Reply, mcsdns: Reply) -> str | None:
-    """The ids ("a+b") of the decisions that together explain every differing part, or None."""
-    claimed: set[str] = set()
+def expected_reply(ctx: Context) -> tuple[Reply, list[str]]:
+    """The reply mcsdns must give, and the ids of the decisions that made it differ from CoreDNS's."""
+    expected = ctx.coredns
     ids = []
     for decision in DECISIONS:
-        claim = decision.claims(form, tags, ask, parts, coredns, mcsdns) & set(parts)
-        if claim:
+        adjusted = decision.expect(ctx, expected)
+        if adjusted is not None and adjusted != expected:
             ids.append(decision.id)
-            claimed |= claim
-    return "+".join(ids) if ids and set(parts) <= claimed else None
+            expected = adjusted
+    return expected, ids
+
+
+def explain(ctx: Context, mcsdns: Reply) -> str | None:
+    """The ids ("a+b") of the decisions whose expected reply mcsdns gave exactly, or None."""
+    if mcsdns.error:
+        return None  # silence (or garbage) from mcsdns is never a decision
+    expected, ids = expected_reply(ctx)
+    if not ids or expected.error or differences(expected, mcsdns):
+        return None
+    return "+".join(ids)
+
+
+def map_twin(reply: Reply, twin: str, service: str, namespace: str) -> Reply:
+    """A reply about the twin with the twin's name replaced by the service's (owners and rdata)."""
+    pattern = re.compile(rf"(?<![A-Za-z0-9-]){re.escape(twin)}(?=\.{re.escape(namespace)}\.svc\.)", re.I)
+
+    def fix(lines: frozenset[str]) -> frozenset[str]:
+        return frozenset(pattern.sub(service, line) for line in lines)
+
+    return replace(reply, answer=fix(reply.answer), authority=fix(reply.authority), additional=fix(reply.additional))

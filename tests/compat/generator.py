@@ -20,7 +20,7 @@ from __future__ import annotations
 import ipaddress
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -38,10 +38,12 @@ PAYLOADS = (256, 512, 1232, 4096)  # 256: below the minimum, which CoreDNS still
 # EDNS options sent now and then: NSID (empty), a client COOKIE, and an unassigned code.
 OPTIONS = ((3, b""), (10, bytes.fromhex("0123456789abcdef")), (65001, b"\x01"))
 
-# Tags on services whose answers differ on purpose (keys of decisions.py).
+# Tags on services whose answers differ on purpose (keys of decisions.py). Each such service has a
+# "twin" (Dataset.twins): the same objects without the part mcsdns leaves out, which CoreDNS serves
+# too; CoreDNS's reply about the twin is the exact reply the decision expects from mcsdns.
 CLUSTERLESS = "clusterless-slice"
-INVALID_IMPORT = "invalid-import"
 NON_IP_ADDRESS = "non-ip-address"
+NON_IP_IMPORT_IP = "non-ip-import-ip"
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Dataset:
     name: str
     objects: list[dict]
     tags: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))  # (ns, svc)
+    twins: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, svc) -> the twin's service name
     missing_namespaces: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ views
@@ -132,6 +135,14 @@ CLUSTERS = ["east", "west", "Central-1", "eu.prod", "c9"]
 HOSTNAMES = ["web-0", "web-1", "db-0", "api", "dup", "x1"]
 PORT_NAMES = ["http", "https", "dns", "grpc", "metrics", "tcp", "udp", "a-b"]
 PROTOCOLS = ["TCP", "UDP", "SCTP"]
+
+
+def _spelled(protocol: str, rng: random.Random) -> str:
+    """A ServiceImport protocol as some controllers write it: mostly `TCP`, sometimes `tcp` (as
+    CoreDNS's handler_test) or `Tcp`. The CRD accepts any string; CoreDNS compares with EqualFold.
+    (EndpointSlices cannot: the API accepts only TCP, UDP and SCTP there.)"""
+    roll = rng.random()
+    return protocol.lower() if roll < 0.25 else protocol.capitalize() if roll < 0.35 else protocol
 PORT_NUMBERS = [42, 53, 80, 443, 8080]
 
 
@@ -177,7 +188,7 @@ def _import_ports(rng: random.Random) -> list[dict]:
         if name:
             port["name"] = name
         if rng.random() < 0.9:
-            port["protocol"] = protocol
+            port["protocol"] = _spelled(protocol, rng)
         ports.append(port)
     if n >= 2 and rng.random() < 0.5:  # the conformance shape: tcp/N and udp/N
         number = rng.choice(PORT_NUMBERS)
@@ -266,28 +277,43 @@ def generate(seed: int, prefix: str = "cx") -> Dataset:
         slices.append(endpoint_slice(ns0, f"{other_svc}-stray", other_svc, "east", "IPv4",
                                      [endpoint([addrs.endpoint_v4()])], None))
 
-    # Deliberate differences (docs/compatibility.md), each on its own service.
+    # Spellings CoreDNS serves, as its handler_test writes them (decision 12: served alike).
     d = decisions
     ds.objects.append(service_import(d, "plain", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "TCP"}]))
-    ds.objects.append(service_import(d, "mixed", "Headless", None, []))
-    slices.append(endpoint_slice(d, "mixed-east", "mixed", "east", "IPv4",
-                                 [endpoint([addrs.endpoint_v4()], "m0")], [{"name": "http", "port": 80, "protocol": "TCP"}]))
-    slices.append(endpoint_slice(d, "mixed-nolabel", "mixed", None, "IPv4",
-                                 [endpoint([addrs.endpoint_v4()], "m1"), endpoint([addrs.endpoint_v4()])],
-                                 [{"name": "http", "port": 80, "protocol": "TCP"}]))
-    ds.tags[(d, "mixed")].add(CLUSTERLESS)
-    ds.objects.append(service_import(d, "badip", "ClusterSetIP", ["not-an-ip"], [{"name": "http", "port": 80, "protocol": "TCP"}]))
-    ds.tags[(d, "badip")].add(INVALID_IMPORT)
-    ds.objects.append(service_import(d, "badproto", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "tcp"}]))
-    ds.tags[(d, "badproto")].add(INVALID_IMPORT)
+    ds.objects.append(service_import(d, "lowproto", "ClusterSetIP", [addrs.vip_v4(), addrs.vip_v6()],
+                                     [{"name": "http", "port": 80, "protocol": "tcp"}, {"name": "dns", "port": 53, "protocol": "udp"},
+                                      {"name": "Grpc", "port": 81, "protocol": "Sctp"}]))
     ds.objects.append(service_import(d, "1st", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "TCP"}]))
-    ds.tags[(d, "1st")].add(INVALID_IMPORT)
-    ds.objects.append(service_import(d, "fqdn", "Headless", None, []))
-    slices.append(endpoint_slice(d, "fqdn-east", "fqdn", "east", "FQDN",
-                                 [endpoint(["db.example.com"], "f0")], [{"name": "http", "port": 80, "protocol": "TCP"}]))
-    slices.append(endpoint_slice(d, "fqdn-east-v4", "fqdn", "east", "IPv4",
-                                 [endpoint([addrs.endpoint_v4()], "f1")], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    # A valid object name that is no DNS label: refused by mcsdns; no name reaches it in CoreDNS either.
+    ds.objects.append(service_import(d, "two.labels", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+
+    # Deliberate differences (docs/compatibility.md), each on its own service with its twin.
+    http = [{"name": "http", "port": 80, "protocol": "TCP"}]
+    m0, m1, m2 = addrs.endpoint_v4(), addrs.endpoint_v4(), addrs.endpoint_v4()
+    for svc, with_clusterless in (("mixed", True), ("mixed-twin", False)):
+        ds.objects.append(service_import(d, svc, "Headless", None, []))
+        slices.append(endpoint_slice(d, f"{svc}-east", svc, "east", "IPv4", [endpoint([m0], "m0")], http))
+        if with_clusterless:
+            slices.append(endpoint_slice(d, f"{svc}-nolabel", svc, None, "IPv4",
+                                         [endpoint([m1], "m1"), endpoint([m2])], http))
+    ds.tags[(d, "mixed")].add(CLUSTERLESS)
+    ds.twins[(d, "mixed")] = "mixed-twin"
+    vip = addrs.vip_v4()
+    ds.objects.append(service_import(d, "badip", "ClusterSetIP", ["not-an-ip"], http))
+    ds.objects.append(service_import(d, "badip-twin", "ClusterSetIP", [], http))
+    ds.objects.append(service_import(d, "badip2", "ClusterSetIP", [vip, "not-an-ip"], http))
+    ds.objects.append(service_import(d, "badip2-twin", "ClusterSetIP", [vip], http))
+    for svc in ("badip", "badip2"):
+        ds.tags[(d, svc)].add(NON_IP_IMPORT_IP)
+        ds.twins[(d, svc)] = f"{svc}-twin"
+    f1 = addrs.endpoint_v4()
+    for svc, with_fqdn in (("fqdn", True), ("fqdn-twin", False)):
+        ds.objects.append(service_import(d, svc, "Headless", None, []))
+        if with_fqdn:
+            slices.append(endpoint_slice(d, f"{svc}-east", svc, "east", "FQDN", [endpoint(["db.example.com"], "f0")], http))
+        slices.append(endpoint_slice(d, f"{svc}-east-v4", svc, "east", "IPv4", [endpoint([f1], "f1")], http))
     ds.tags[(d, "fqdn")].add(NON_IP_ADDRESS)
+    ds.twins[(d, "fqdn")] = "fqdn-twin"
 
     ds.objects.extend(slices)
     return ds
@@ -395,6 +421,21 @@ def asks(label_sets: Iterable[tuple[str, ...]], seed: int, *, qtypes: Iterable[s
 
 
 # --------------------------------------------------------------------------- classification
+
+
+def twin_of(labels: tuple[str, ...], ds: Dataset | None) -> str | None:
+    """The twin service of the service a name is about (labels left of the zone), if it has one."""
+    labels = tuple(x.lower() for x in labels)
+    if ds is None or len(labels) < 3 or labels[-1] != "svc":
+        return None
+    return ds.twins.get((labels[-2], labels[-3]))
+
+
+def twin_ask(ask: Ask, labels: tuple[str, ...], twin: str) -> Ask:
+    """The same question about the twin: the service label replaced, everything else as spelled."""
+    spelled = ask.qname.rstrip(".").split(".")
+    spelled[len(labels) - 3] = twin
+    return replace(ask, qname=".".join(spelled) + ".")
 
 
 def classify(labels: tuple[str, ...], ds: Dataset | None = None) -> tuple[str, frozenset[str]]:

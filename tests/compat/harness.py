@@ -78,6 +78,7 @@ def merge(name: str, *datasets: Dataset) -> Dataset:
     for d in datasets:
         for key, tags in d.tags.items():
             out.tags[key] |= tags
+        out.twins.update(d.twins)
         out.missing_namespaces += d.missing_namespaces
     return out
 
