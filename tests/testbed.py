@@ -859,8 +859,11 @@ class Testbed:
 
     # -- the ServiceImport CRD ---------------------------------------------- #
 
-    def install_crd(self, version: str = "v0.5.0", timeout: float = 30.0) -> dict:
+    def install_crd(self, version: str = "v0.5.0", timeout: float = 30.0, *, only: str | None = None) -> dict:
         """Install the ServiceImport CRD of an mcs-api release; wait until usable.
+
+        `only="v1beta1"` keeps just that version of the release's CRD (as mcs-api
+        releases after v0.5 will serve it).
 
         "Usable" means Established=True, group discovery lists exactly the
         served versions (discovery lags Established by a moment, and mcsdns
@@ -871,6 +874,8 @@ class Testbed:
         ServiceImports) and created afresh.
         """
         crd = yaml.safe_load(crd_path(self.cache, version).read_text())
+        if only is not None:
+            crd["spec"]["versions"] = [dict(v, storage=True) for v in crd["spec"]["versions"] if v["name"] == only]
         try:
             self.api.apply(crd)
         except ApiError as err:
