@@ -67,7 +67,7 @@ class CoreDNS:
     """`coredns -conf Corefile`, blocks as given, `startup_timeout` as given."""
 
     def __init__(self, kubeconfig: Path, workdir: Path, blocks: list[Block] | None = None, *,
-                 startup_timeout: str = "30s", name: str = "coredns") -> None:
+                 startup_timeout: str = "30s", name: str = "coredns", zone: str = ZONE) -> None:
         self.binary = find_coredns()
         self.kubeconfig = kubeconfig
         self.workdir = workdir
@@ -75,6 +75,7 @@ class CoreDNS:
         self.startup_timeout = startup_timeout
         self.ready_port = free_port()
         self.name = name
+        self.zone = zone  # the multicluster zone (the conformance suite's --dns-domain)
         self.corefile = workdir / f"Corefile-{name}"
         self.process: Process | None = None
 
@@ -91,9 +92,9 @@ class CoreDNS:
                 f"    bind 127.0.0.1\n"
                 f"    errors\n"
                 f"    ready 127.0.0.1:{self.ready_port}\n"
-                f"    kubernetes cluster.local {ZONE} {{\n"
+                f"    kubernetes cluster.local {self.zone} {{\n"
                 f"        kubeconfig {self.kubeconfig}\n"
-                f"        multicluster {ZONE}\n"
+                f"        multicluster {self.zone}\n"
                 f"        startup_timeout {self.startup_timeout}{ns}\n"
                 f"    }}\n"
                 f"}}\n"
@@ -118,7 +119,7 @@ class CoreDNS:
 
     def answers(self, port: int) -> bool:
         try:
-            dns.query.udp(dns.message.make_query(ZONE + ".", "SOA"), "127.0.0.1", port=port, timeout=0.3)
+            dns.query.udp(dns.message.make_query(self.zone + ".", "SOA"), "127.0.0.1", port=port, timeout=0.3)
             return True
         except (dns.exception.Timeout, OSError):
             return False
