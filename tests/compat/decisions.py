@@ -29,7 +29,15 @@ from typing import Callable
 
 from .compare import Reply, differences
 from .dnsclient import Ask
-from .generator import CLUSTERLESS, NON_IP_ADDRESS, NON_IP_IMPORT_IP, ZONE
+from .generator import (
+    CLUSTERLESS,
+    NON_IP_ADDRESS,
+    NON_IP_IMPORT_IP,
+    NON_SRV_PORT,
+    NON_SRV_PORT_NUMBER,
+    NON_SRV_PORT_PROTOCOL,
+    ZONE,
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,34 @@ def _non_ip_import_ip(ctx: Context, expected: Reply) -> Reply | None:
     return _twin(ctx) if NON_IP_IMPORT_IP in ctx.tags else None
 
 
+def _zone_soa(ask: Ask, ttl: int = 5) -> frozenset[str]:
+    """The zone's SOA as both servers write it (section 3.2: names in the zone's spelling as asked)."""
+    zone = _zone_as_asked(ask)
+    return frozenset({f"{ZONE}. {ttl} IN SOA ns.dns.{zone} hostmaster.{zone} SERIAL 7200 1800 86400 {ttl}"})
+
+
+def _non_srv_port(ctx: Context, expected: Reply) -> Reply | None:
+    """Decision 12: a port whose protocol is none of TCP/UDP/SCTP (here ICMP/7) loses its SRV records
+    and its `_name._proto` names, and nothing else: it still counts for the addresses and the SRV
+    weights. So a question naming its protocol is NXDOMAIN (with the SOA); an SRV answer is
+    CoreDNS's without the records of that port (NODATA with the SOA if none is left)."""
+    if NON_SRV_PORT not in ctx.tags or expected.error:
+        return None
+    labels = ctx.ask.qname.lower().rstrip(".").split(".")
+    if ctx.form == "port-proto" and labels[1] == f"_{NON_SRV_PORT_PROTOCOL.lower()}":
+        return replace(expected, rcode="NXDOMAIN", answer=frozenset(), authority=_zone_soa(ctx.ask),
+                       additional=frozenset())
+    if ctx.ask.qtype != "SRV" or ctx.form not in ("service", "port-proto"):
+        return None
+    kept = frozenset(line for line in expected.answer
+                     if not (" IN SRV " in line and line.split(" ")[6] == str(NON_SRV_PORT_NUMBER)))
+    if kept == expected.answer:
+        return None
+    if not kept:
+        return replace(expected, answer=kept, authority=_zone_soa(ctx.ask), additional=frozenset())
+    return replace(expected, answer=kept)
+
+
 def _ns_address(ctx: Context, expected: Reply) -> Reply | None:
     """Decision 7: the apex NS is `ns.dns.Z` and `ns.dns.Z` answers the advertised --ns-address
     (one IPv4 address in the suite), in any spelling of the zone (RFC 4343). CoreDNS outside a
@@ -146,6 +182,8 @@ DECISIONS: list[Decision] = [
     Decision("non-ip-address", "decision 5", "Non-IP endpoint addresses (FQDN slices) are ignored", _non_ip_address),
     Decision("non-ip-import-ip", "decision 12", "A non-IP entry of a ServiceImport's spec.ips is left out",
              _non_ip_import_ip),
+    Decision("non-srv-port", "decision 12", "A port whose protocol is none of TCP/UDP/SCTP has no SRV records",
+             _non_srv_port),
     Decision("edns-options", "none (RFC 6891, RFC 7873)", "EDNS options of the query are not echoed", _edns_options),
 ]
 

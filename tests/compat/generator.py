@@ -44,6 +44,8 @@ OPTIONS = ((3, b""), (10, bytes.fromhex("0123456789abcdef")), (65001, b"\x01"))
 CLUSTERLESS = "clusterless-slice"
 NON_IP_ADDRESS = "non-ip-address"
 NON_IP_IMPORT_IP = "non-ip-import-ip"
+NON_SRV_PORT = "non-srv-port"  # decision 12: a port whose protocol is none of TCP/UDP/SCTP
+NON_SRV_PORT_NUMBER, NON_SRV_PORT_PROTOCOL = 7, "ICMP"  # (no twin: the expectation is CoreDNS's minus its SRV)
 
 
 @dataclass
@@ -306,6 +308,9 @@ def generate(seed: int, prefix: str = "cx") -> Dataset:
     for svc in ("badip", "badip2"):
         ds.tags[(d, svc)].add(NON_IP_IMPORT_IP)
         ds.twins[(d, svc)] = f"{svc}-twin"
+    ds.objects.append(service_import(d, "icmp", "ClusterSetIP", [addrs.vip_v4()],
+                                     http + [{"name": "ping", "port": NON_SRV_PORT_NUMBER, "protocol": NON_SRV_PORT_PROTOCOL}]))
+    ds.tags[(d, "icmp")].add(NON_SRV_PORT)
     f1 = addrs.endpoint_v4()
     for svc, with_fqdn in (("fqdn", True), ("fqdn-twin", False)):
         ds.objects.append(service_import(d, svc, "Headless", None, []))

@@ -15,7 +15,7 @@ import pytest
 from .compare import NO_REPLY, Reply, differences
 from .decisions import DECISIONS, Context, explain, map_twin
 from .dnsclient import UDP, UDP_EDNS, Ask
-from .generator import CLUSTERLESS, NON_IP_ADDRESS, NON_IP_IMPORT_IP
+from .generator import CLUSTERLESS, NON_IP_ADDRESS, NON_IP_IMPORT_IP, NON_SRV_PORT
 
 Z = "clusterset.local."
 SOA = f"{Z} 5 IN SOA ns.dns.{Z} hostmaster.{Z} SERIAL 7200 1800 86400 5"
@@ -127,6 +127,26 @@ def test_non_ip_import_ip_is_left_out_alone() -> None:
     coredns2 = reply(answer=[f"badip2.ns.svc.{Z} 5 IN CNAME not-an-ip.", f"badip2.ns.svc.{Z} 5 IN A 10.96.0.1"])
     check(ctx("service", f"badip2.ns.svc.{Z}", "A", coredns2, tags={NON_IP_IMPORT_IP}, twin=twin), twin,
           "non-ip-import-ip")
+
+
+# --------------------------------------------------------------------------- non-srv-port (decision 12)
+
+
+def test_non_srv_port_loses_its_srv_records_and_names_only() -> None:
+    icmp = f"icmp.ns.svc.{Z}"
+    coredns = reply(answer=[f"{icmp} 5 IN SRV 0 50 80 {icmp}", f"{icmp} 5 IN SRV 0 50 7 {icmp}"],
+                    additional=[f"{icmp} 5 IN A 10.96.0.9"])
+    right = reply(answer=[f"{icmp} 5 IN SRV 0 50 80 {icmp}"], additional=[f"{icmp} 5 IN A 10.96.0.9"])
+    check(ctx("service", icmp, "SRV", coredns, tags={NON_SRV_PORT}), right, "non-srv-port")
+    assert explain(ctx("service", icmp, "SRV", coredns, tags={NON_SRV_PORT}),
+                   replace(right, answer=frozenset({f"{icmp} 5 IN SRV 0 100 80 {icmp}"}))) is None  # weights kept
+    named = reply(answer=[f"_ping._icmp.{icmp} 5 IN SRV 0 100 7 {icmp}"], additional=[f"{icmp} 5 IN A 10.96.0.9"])
+    check(ctx("port-proto", f"_ping._icmp.{icmp}", "SRV", named, tags={NON_SRV_PORT}), NXDOMAIN, "non-srv-port")
+    a = reply(answer=[f"_ping._icmp.{icmp} 5 IN A 10.96.0.9"])
+    check(ctx("port-proto", f"_ping._icmp.{icmp}", "A", a, tags={NON_SRV_PORT}), NXDOMAIN, "non-srv-port")
+    # The addresses of the service stay CoreDNS's.
+    addr = reply(answer=[f"{icmp} 5 IN A 10.96.0.9"])
+    assert explain(ctx("service", icmp, "A", addr, tags={NON_SRV_PORT}), NODATA) is None
 
 
 def test_twin_replies_are_mapped_back_to_the_service() -> None:
