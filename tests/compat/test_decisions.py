@@ -14,7 +14,7 @@ import pytest
 
 from .compare import NO_REPLY, Reply, differences
 from .decisions import DECISIONS, Context, explain, map_twin
-from .dnsclient import UDP, UDP_EDNS, Ask
+from .dnsclient import UDP_EDNS, Ask
 from .generator import CLUSTERLESS, NON_IP_ADDRESS, NON_IP_IMPORT_IP, NON_SRV_PORT
 
 Z = "clusterset.local."
