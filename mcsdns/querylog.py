@@ -131,7 +131,7 @@ def format_line(client: Any, proto: str, data: bytes, q: Query | None, reply: by
     if q is not None:
         qtype = TYPE_TEXT.get(q.qtype) or f"TYPE{q.qtype}"
         qclass = CLASS_TEXT.get(q.qclass) or f"CLASS{q.qclass}"
-        name = name_text(q.raw[12 : q.qend - 4])
+        name = name_text(data[12 : q.qend - 4])  # as received: a cached Query may be another packet's
         do = "true" if q.do else "false"
         bufsize = 65535 if proto == "tcp" else (q.udp_size if q.edns else 512)
     else:

@@ -58,6 +58,11 @@ _ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slot, tuple, Q
 RUN_CACHE_ENTRIES = 8192  # --loadbalance: multi-record bodies whose address run is known
 NEGATIVE_CACHE_ENTRIES = 32768  # questions with a cached NXDOMAIN/NODATA body (the bodies are shared)
 _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garbage) or SERVFAIL
+# Header bytes 4-11 of a query with one question and no other records. For such a packet,
+# `data[12:].lower()` equal to a compiled key proves the question valid: lower() changes only
+# bytes 0x41-0x5A, never a label length (<= 63) or the root, and no compiled type or class
+# (A, AAAA, SRV, SOA, ... and IN) has such a byte (tests/test_resolve_lanes.py checks that).
+_PLAIN = b"\x00\x01\x00\x00\x00\x00\x00\x00"
 
 
 @dataclass(slots=True)
@@ -76,39 +81,75 @@ class Resolver:
         self.last_query: Query | None = None
         self._generation = table.generation
         self._packets: dict[bytes, tuple] = {}  # query[2:] -> (reply[2:], parsed query); see RoundRobinResolver too
+        # query[2:].lower() of a plain query spelled with capitals -> (reply[2:12], parsed query, reply after
+        # the question, where and how the reply spells the zone or None); see `handle`.
+        self._folded: dict[bytes, tuple] = {}
         self._packet_bytes = 0
         self._negative: dict[bytes, Body] = {}  # lookup key -> NXDOMAIN/NODATA body
+        self._spelled: tuple[int, int] | None = None  # where the last reply() copied the query's zone spelling
+        self._keep = True  # False: the last _handle's reply is cheaper to make again than to cache
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
-        """The reply to `data`, None to drop it, or Forward. Never raises on bad input."""
+        """The reply to `data`, None to drop it, or Forward. Never raises on bad input.
+
+        A plain query (one question, no EDNS: what stub resolvers and dnsperf send) that spells
+        its name with capitals is cached apart, under its bytes lower-cased (`_folded`), so every
+        letter case of a name shares one entry: it keeps the reply without its question, and a hit
+        puts the packet's own question (its case) back in. Lower-casing cannot merge two plain
+        queries with different replies: it changes only bytes 0x41-0x5A, which in the header
+        (bytes 2-3; byte 2 is < 8 here) touch only the AD and Z bits, never RD or CD (the flags a
+        reply copies), and in the question only the letters of labels. A reply that spells the zone
+        (SRV targets, `zone_slots`) depends on how the query spells it: that entry also keeps the
+        spelling, and a query spelling it otherwise misses. Every other packet is cached exactly.
+        """
         table = self.table
         if table.generation != self._generation:
             self.flush()
         if tcp:
             return self._handle(data, True)
-        hit = self._packets.get(data[2:])
+        exact = data[2:]
+        hit = self._packets.get(exact)
         if hit is not None and table.synced:
             self.last_query = hit[1]
             return data[:2] + hit[0]
+        folded = exact.lower() if data[4:12] == _PLAIN and data[2] < 8 else exact
+        if folded is not exact and folded != exact:
+            hit = self._folded.get(folded)
+            if hit is not None and table.synced:
+                spelled = hit[3]
+                if spelled is None or data[spelled[0] : spelled[1]] == spelled[2]:
+                    self.last_query = hit[1]
+                    return data[:2] + hit[0] + data[12:] + hit[2]
+        else:
+            folded = None
+        self._spelled = None
+        self._keep = True
         reply = self._handle(data, False)
         q = self.last_query
-        if type(reply) is bytes and q is not None and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
-            self._store(data, reply, (reply[2:], q))
+        if type(reply) is bytes and q is not None and self._keep and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
+            if folded is None:
+                self._store(self._packets, exact, len(data), reply, (reply[2:], q))
+            elif q.qend == len(data):  # (trailing bytes after the question: not cached)
+                span = self._spelled
+                entry = (reply[2:12], q, reply[q.qend :], None if span is None else (*span, data[span[0] : span[1]]))
+                self._store(self._folded, folded, len(data), reply, entry)
         return reply
 
-    def _store(self, data: bytes, reply: bytes, entry: tuple) -> None:
-        """Keep `entry` (reply[2:], the parsed query, ...) as the packet cache's answer to `data`."""
-        size = 2 * len(data) + len(reply) + _ENTRY_OVERHEAD  # key + the Query's copy of the packet + reply
+    def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
+        """Keep `entry` (see `handle`) in `cache` under `key`; the packet was `size` bytes long."""
+        size = 2 * size + len(reply) + _ENTRY_OVERHEAD  # key + the Query's copy of the packet + reply
         self._packet_bytes += size
-        if len(self._packets) >= PACKET_CACHE_ENTRIES or self._packet_bytes > PACKET_CACHE_BYTES:
+        if len(self._packets) + len(self._folded) >= PACKET_CACHE_ENTRIES or self._packet_bytes > PACKET_CACHE_BYTES:
             self._packets.clear()
+            self._folded.clear()
             self._packet_bytes = size
-        self._packets[data[2:]] = entry
+        cache[key] = entry
 
     def flush(self) -> None:
         """Forget every cached reply (the table changed)."""
         self._generation = self.table.generation
         self._packets.clear()
+        self._folded.clear()
         self._packet_bytes = 0
         self._negative.clear()
 
@@ -120,6 +161,18 @@ class Resolver:
             return None  # a response, not a query
         if data[2] & 0x78:
             return error_reply(data, NOTIMP)  # only opcode QUERY is implemented
+        if data[4:12] == _PLAIN:
+            # One question and nothing else (no EDNS): if the question, lower-cased, is a compiled
+            # key, it is a valid question (see `_PLAIN`), so the parse is skipped. This is what
+            # keeps a name asked in a new letter case (a new packet) close to a cached reply's cost.
+            key = data[12:].lower()
+            body = self.table.answers.get(key)
+            if body is not None:
+                n = len(data)
+                q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], n, key[:-4],
+                          (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
+                self.last_query = q
+                return self.reply(q, body, MAX_TCP if tcp else MAX_UDP)
         try:
             q = parse_query(data)
         except (Malformed, struct.error):
@@ -137,10 +190,17 @@ class Resolver:
             return self.reply(q, body, limit)
         return self._uncompiled(q, limit, key)
 
+    def _remember_negative(self, key: bytes, body: Body) -> None:
+        """NXDOMAIN or NODATA for `key`: the same body until the table changes (bounded)."""
+        if len(self._negative) >= NEGATIVE_CACHE_ENTRIES:
+            self._negative.clear()
+        self._negative[key] = body
+
     def reply(self, q: Query, body: Body, limit: int) -> bytes:
         authority = self.table.soa(body.zone_at) if body.soa else b""
         zone_case = None
         if body.zone_slots:
+            self._spelled = (body.zone_at, q.qend - 4)  # the reply spells the zone as the query does
             spelled = q.raw[body.zone_at : q.qend - 4]
             if spelled != q.lname[body.zone_at - 12 :]:
                 zone_case = spelled
@@ -153,15 +213,20 @@ class Resolver:
             return Forward(q) if self.forwarding else error_reply(q.raw, REFUSED, q)
         if q.qclass != CLASS_IN or q.qtype in (AXFR, IXFR):
             return error_reply(q.raw, REFUSED, q)
+        if q.qtype != zone.SOA and table.synced and table.absent(q.lname, len(zwire)):
+            # A name that cannot exist, told from its shape (random-subdomain floods): the shared
+            # NXDOMAIN body, without the zone logic. Kept in neither cache: storing a reply costs more
+            # than this lane (profiled: ~2.5 us against ~4 us for the whole query), and unique names
+            # would only push out the replies that are costly to make.
+            self._keep = False
+            return self.reply(q, table.negative(zone.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
         labels = split_labels(q.lname[: len(q.lname) - len(zwire)])
         ans = zone.answer(labels, q.qtype, table, table.ttl, table.config.ns_addresses)
         if ans.nxdomain and not table.synced:
             ans = zone.NOT_SYNCED
         body = table.render(q.lname, len(zwire), ans)
         if ans.soa and not ans.answer and not ans.additional and ans.rcode != zone.SERVFAIL and table.synced:
-            if len(self._negative) >= NEGATIVE_CACHE_ENTRIES:
-                self._negative.clear()
-            self._negative[key] = body  # NXDOMAIN or NODATA: the same body until the table changes
+            self._remember_negative(key, body)
         elif not ans.nxdomain and ans.rcode == zone.NOERROR:
             req = parse(labels)
             if req.kind is Kind.SERVICE:
@@ -249,11 +314,11 @@ class RoundRobinResolver(Resolver):
         if type(reply) is bytes and q is not None and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
             run = self._rotated
             if run is None:
-                self._store(data, reply, (reply[2:], q, None))
+                self._store(self._packets, data[2:], len(data), reply, (reply[2:], q, None))
             elif not reply[2] & 0x02 or not run.start:  # truncated: only a run that leads the answer (all of ours)
                 at = q.qend + run.start  # the body follows the question
                 width = run.end - run.start if not reply[2] & 0x02 else min((reply[6] << 8) | reply[7], run.count) * run.size
-                self._store(data, reply, (b"", q, run, reply[2:at], width, reply[at + width :]))
+                self._store(self._packets, data[2:], len(data), reply, (b"", q, run, reply[2:at], width, reply[at + width :]))
         return reply
 
     def flush(self) -> None:

@@ -53,7 +53,7 @@ class Table:
         self.ttl = config.ttl
         self.zones = tuple(encode_labels(z.split(".")) + b"\x00" for z in config.zones)
         self.answers: dict[bytes, Body] = {}
-        self.owned: dict[ServiceKey, list[bytes]] = {}
+        self.owned: dict[ServiceKey, list[bytes]] = {}  # exactly the services that exist in an exposed namespace
         self.serial = int(time.time())
         self.generation = 0
         self._soa: dict[int, bytes] = {}
@@ -183,6 +183,56 @@ class Table:
         for zwire in self.zones:
             k = zwire + struct.pack(">HH", zone.SOA, 1)
             self.answers[k] = self.render(zwire, len(zwire), zone.Answer(zone.NOERROR, apex_soa=True))
+
+    # ----------------------------------------------------------------- names that cannot exist
+
+    def absent(self, lname: bytes, zone_len: int) -> bool:
+        """True when `lname` (lower-cased, valid, below a served zone `zone_len` bytes long) is a name
+        that `zone.answer` answers NXDOMAIN for every type but SOA, decided from its shape and the
+        table's indexes alone.
+
+        A random-subdomain flood (`<random>.<svc>.<ns>.svc.<zone>`, unique names) misses every cache;
+        this answers it with a few byte comparisons and one dict lookup instead of the zone logic's
+        entry walk. Only the shapes below are decided; anything else (the apex, `svc`/`pod`, a
+        namespace, `ns.dns`, `dns-version`, port and per-endpoint names of an existing service, ...)
+        returns False and takes `zone.answer`. The caller checks sync state, class and type (SOA is
+        NODATA everywhere, D5). The branches mirror `names.parse` and `compile._lookup`:
+
+        * 6 or more labels ending in `svc`, or any name whose last label is neither `svc` nor `pod`:
+          INVALID (not `dns-version` or `ns.dns`, which `answer` treats first).
+        * 2 or more labels ending in `pod`: below pod.Z, NXDOMAIN (decision 6).
+        * 3 to 5 labels ending in `svc` whose `<svc>.<ns>` has no compiled service: no such
+          ServiceImport, or its namespace is not exposed (`compile` keeps `owned` exactly for
+          the services that exist in an exposed namespace).
+        * 4 labels ending in `svc`: CoreDNS's endpoint query with cluster id "", which only a slice
+          whose cluster id is the empty string could answer, and `objects` makes none (a missing
+          label is None, decision 4; an empty one is refused or read as missing).
+        """
+        starts: list[int] = []
+        i = 0
+        end = len(lname) - zone_len
+        while i < end:
+            starts.append(i)
+            i += lname[i] + 1
+        count = len(starts)
+        if not count:
+            return False  # the apex
+        last = lname[starts[-1] : end]
+        if last == b"\x03svc":
+            if count <= 2 or count >= 6:
+                return count >= 6
+            at = starts[-3]
+            service = lname[at + 1 : starts[-2]].decode("latin-1")
+            namespace = lname[starts[-2] + 1 : starts[-1]].decode("latin-1")
+            key = (namespace, service)
+            if key not in self.owned:
+                return True
+            return count == 4
+        
+        if last == b"\x03pod":
+            return count >= 2
+        rel = lname[:end]
+        return rel != b"\x0bdns-version" and rel != b"\x02ns\x03dns"
 
     # ----------------------------------------------------------------- zones
 

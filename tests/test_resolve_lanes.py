@@ -1,0 +1,153 @@
+"""The resolver's short cuts give exactly the replies of its full path (no sockets).
+
+Three short cuts keep queries that no packet cache can help cheap (issue: off-cache speed):
+the compiled lane (a plain query whose lower-cased question is a compiled key skips the parse),
+the case-folded packet cache (every letter case of a plain query shares one entry), and
+`Table.absent` (names that cannot exist, told from their shape, get the shared NXDOMAIN body
+without the zone logic). Each is checked here against the path it short-cuts.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import dns.message
+import dns.rcode
+import pytest
+
+from cases import MAIN
+from mcsdns import compile as zone
+from mcsdns.objects import InvalidObject, convert
+from mcsdns.resolve import Resolver
+from mcsdns.wire import split_labels
+from test_zone import build
+
+QTYPES = (1, 28, 33, 16, 2, 6, 12, 15, 65, 99)  # A AAAA SRV TXT NS SOA PTR MX HTTPS SPF
+
+
+def wire_name(name: str) -> bytes:
+    return b"".join(bytes([len(label)]) + label.encode() for label in name.rstrip(".").split(".")) + b"\x00"
+
+
+def plain_query(name: str, qtype: int, qid: int = 0x1234, flags: int = 0x0100) -> bytes:
+    """One question, no other record: what stub resolvers and dnsperf send."""
+    return struct.pack(">HHHHHH", qid, flags, 1, 0, 0, 0) + wire_name(name) + struct.pack(">HH", qtype, 1)
+
+
+def mixed_case(name: str, rng: random.Random) -> str:
+    return "".join(ch.upper() if rng.random() < 0.5 else ch for ch in name)
+
+
+def full_path(resolver: Resolver, packet: bytes) -> bytes:
+    """The reply by the full path: a trailing byte after the question keeps the packet out of the
+    compiled lane (its lower-cased tail is no compiled key) and out of every cache, while the reply
+    (header, the question up to its end, the answer) is the same one the packet must get."""
+    return Resolver(resolver.table).handle(packet + b"\x00")
+
+
+@pytest.fixture(scope="module")
+def resolver() -> Resolver:
+    return build()
+
+
+def contract_questions() -> list[tuple[str, int]]:
+    seen = dict.fromkeys((c.qname, q) for c in MAIN for q in (1, 28, 33))
+    return list(seen)
+
+
+def test_compiled_lane_and_folded_cache_match_the_full_path(resolver):
+    """Every contract name, in several letter cases, with RD and CD in every combination: the
+    first reply (compiled lane or full path), a repeat (a cache hit) and the same name in another
+    case (a folded-cache hit, or a miss where the reply spells the zone) are byte for byte the
+    replies of the full path, question case included."""
+    rng = random.Random(7)
+    fresh = Resolver(resolver.table)
+    lanes_hit = 0
+    for name, qtype in contract_questions():
+        for flags in (0x0000, 0x0100, 0x0010, 0x0110, 0x0130):
+            for _ in range(3):
+                packet = plain_query(mixed_case(name, rng), qtype, rng.randrange(65536), flags)
+                expected = full_path(resolver, packet)
+                assert fresh.handle(packet) == expected
+                assert fresh.handle(packet) == expected  # the cached reply
+                if resolver.table.answers.get(packet[12:].lower()) is not None:
+                    lanes_hit += 1
+    assert lanes_hit > 100  # the compiled lane was really taken
+
+
+def test_folded_cache_keeps_the_zone_spelling_of_srv_targets(resolver):
+    """An SRV target spells the zone as the query does: a new spelling of the zone gets its own
+    reply, never the one cached for another spelling."""
+    name = "hdls1.testns.svc.clusterset.local"
+    r = Resolver(resolver.table)
+    first = r.handle(plain_query(name.replace("hdls1", "HDLS1"), 33))
+    other = plain_query(name.replace("clusterset", "ClusterSet"), 33)
+    second = r.handle(other)
+    assert second == full_path(resolver, other)
+    targets = [rd.target.to_text() for rrset in dns.message.from_wire(second).answer for rd in rrset]
+    assert targets and all("ClusterSet.local." in t for t in targets)
+    assert first != second
+
+
+def test_absent_names_get_what_the_zone_logic_says(resolver):
+    """`Table.absent` says yes only where `zone.answer` gives NXDOMAIN for every type but SOA,
+    and says yes for the shapes a random-subdomain flood uses."""
+    table = resolver.table
+    zwire = table.zones[0]
+    rng = random.Random(11)
+    services = [c.qname.rstrip(".") for c in MAIN if c.qname.count(".") == 5 and ".svc." in c.qname]
+    names = ["clusterset.local", "svc.clusterset.local", "pod.clusterset.local", "dns-version.clusterset.local",
+             "ns.dns.clusterset.local", "x.ns.dns.clusterset.local", "testns.svc.clusterset.local",
+             "nons.svc.clusterset.local", "a.b.pod.clusterset.local", "x.clusterset.local",
+             "a.b.c.d.e.f.svc.clusterset.local", "nosvc.testns.svc.clusterset.local",
+             "x.nosvc.testns.svc.clusterset.local", "a.b.nosvc.testns.svc.clusterset.local",
+             "svc1.nons.svc.clusterset.local"]
+    names += [c.qname.rstrip(".") for c in MAIN]
+    for svc in services:
+        names += [f"{rng.getrandbits(32):x}.{svc}", f"_{rng.getrandbits(20):x}.{svc}", f"x._tcp.{svc}",
+                  f"_http._tcp.{svc}", f"a.b.c.{svc}", f"pod-0.cluster1.{svc}", f"x.y.{svc}"]
+    decided = 0
+    for name in names:
+        lname = wire_name(name.lower())
+        if not lname.endswith(zwire):
+            continue
+        labels = split_labels(lname[: len(lname) - len(zwire)])
+        if not table.absent(lname, len(zwire)):
+            continue
+        decided += 1
+        for qtype in QTYPES:
+            if qtype == zone.SOA:
+                continue
+            ans = zone.answer(labels, qtype, table, table.ttl, table.config.ns_addresses)
+            assert ans == zone.NAME_ERROR, (name, qtype, ans)
+    assert decided >= len(services) * 3  # random hosts, bad ports' shapes and deep names, at least
+    # And over real packets: the same replies as the full path, SOA (NODATA) included.
+    r = Resolver(table)
+    for name in names:
+        for qtype in QTYPES:
+            packet = plain_query(name, qtype)
+            assert r.handle(packet) == full_path(resolver, packet), (name, qtype)
+
+
+@pytest.mark.parametrize("labels", [{"multicluster.kubernetes.io/source-cluster": ""}, {}])
+def test_no_slice_has_an_empty_cluster_id(labels):
+    """CoreDNS reads `<host>.<svc>.<ns>.svc.Z` as an endpoint of cluster "": `absent` calls every such
+    name absent because no stored slice has that cluster id (an empty label is refused or read as
+    missing, a missing one is None)."""
+    labels = {"multicluster.kubernetes.io/service-name": "s", **labels}
+    raw = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+           "metadata": {"name": "s-1", "namespace": "ns", "labels": labels},
+           "endpoints": [{"addresses": ["10.0.0.1"], "hostname": "h"}], "ports": []}
+    try:
+        sl = convert(raw)
+    except InvalidObject:
+        return
+    assert sl.cluster != ""
+
+
+def test_no_compiled_key_has_a_letter_in_its_type_or_class(resolver):
+    """What makes the compiled lane's proof hold (resolve._PLAIN): lower() leaves a compiled key's
+    type and class alone, so a packet whose lower-cased question is a key asks exactly that."""
+    for key in resolver.table.answers:
+        assert key[-4:].lower() == key[-4:] and key[-4:].upper() == key[-4:], key
