@@ -68,12 +68,14 @@ def rule_exprs() -> list[str]:
 def exported_names(metrics_text: str) -> set[str]:
     """Sample names of /metrics, including those of families that have no sample yet (from `# TYPE`)."""
     names = set()
-    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-                "gauge": ("",), "summary": ("", "_sum", "_count", "_created"), "untyped": ("",), "info": ("_info",)}
+    suffixes = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("", "_sum", "_count")}
     for line in metrics_text.splitlines():
         if line.startswith("# TYPE "):
             _, _, family, kind = line.split()
-            names.update(family + s for s in suffixes[kind])
+            if kind == "counter":  # the text format names a counter family with its `_total`
+                names.add(family if family.endswith("_total") else family + "_total")
+            else:
+                names.update(family + s for s in suffixes.get(kind, ("",)))
         elif line and not line.startswith("#"):
             names.add(re.match(r"[A-Za-z_:][A-Za-z0-9_:]*", line).group())
     return names
