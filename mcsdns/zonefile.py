@@ -148,10 +148,10 @@ def _list_once(config: Config, store: Store, timeout: float) -> None:
         raise ZoneSourceError(f"not synced within {timeout:g}s: {source.status()}")
 
 
-def run(config: Config, out: TextIO, zone_name: str | None = None) -> int:
-    """`mcsdns zone`: print the zone (default the first --zone); returns the record count."""
-    name = zone_name or config.zones[0]
-    store = load_store(config, max(config.startup_timeout, 30.0))
+def run(config: Config, out: TextIO, timeout: float = 30.0) -> int:
+    """`mcsdns zone`: print the zone (the first of config.zones); returns the record count."""
+    name = config.zones[0]
+    store = load_store(config, timeout)
     ns_addresses = advertised_addresses(config)
     table = Table(TableConfig((name,), config.ttl, config.namespaces, ns_addresses), store)
     return write_zone(out, table, name, ns_addresses, config.describe_source())
@@ -171,6 +171,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespaces", metavar="NS,...", default=None, help="expose only these namespaces")
     parser.add_argument("--ns-address", metavar="IP", action="append", default=[],
                         help="address(es) of ns.dns.<zone> (default: POD_IP(S), else 127.0.0.1)")
+    parser.add_argument("--timeout", metavar="SECONDS", type=float, default=30.0,
+                        help="with --kubeconfig: give up if the first list is not complete after this long (default 30)")
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -183,10 +185,12 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         config = Config(manifests=tuple(args.manifests), kubeconfig=args.kubeconfig, context=args.context,
                         labels=args.labels, zones=(args.zone.lower().rstrip("."),), ttl=args.ttl,
                         namespaces=namespaces, ns_addresses=tuple(args.ns_address)).validate()
+        if not 0 < args.timeout <= 3600:
+            raise ConfigError(f"--timeout must be in range (0, 3600] seconds: {args.timeout}")
     except ConfigError as exc:
         parser.error(str(exc))
     try:
-        run(config, sys.stdout)
+        run(config, sys.stdout, args.timeout)
     except ZoneSourceError as exc:
         print(f"mcsdns zone: {exc}", file=sys.stderr)
         return 1

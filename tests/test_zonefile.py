@@ -20,6 +20,7 @@ import dns.rcode
 import dns.rdatatype
 import dns.zone
 import pytest
+import yaml
 
 from serverproc import FIXTURES, ROOT, Server
 from upstreams import Knot
@@ -124,3 +125,47 @@ def test_zone_file_loads_in_knot_and_answers_like_mcsdns(source: str, tmp_path: 
             compared += 1
         # The quirks are the few TXT and empty-non-terminal questions; everything else matched exactly.
         assert compared >= 3 * len(names), (compared, len(questions))
+
+
+def test_readme_example_is_what_zone_prints() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("$ mcsdns zone | grep '^web.demo'\n", 1)[1].split("```", 1)[0]
+    printed = [line for line in print_zone(EXAMPLE).splitlines() if line.startswith("web.demo")]
+    assert block.splitlines() == printed
+
+
+@pytest.mark.kube
+def test_zone_from_the_kubernetes_api(testbed, fresh_namespace: str) -> None:
+    """`--kubeconfig`: one list of the real API, then the same records as from manifests."""
+    from kube_server import endpoint_slice, ensure_crd, service_import
+
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    testbed.create(service_import(ns, "web", ["10.9.0.1"]))
+    testbed.create(service_import(ns, "db", headless=True))
+    testbed.create(endpoint_slice(ns, "db-east", "db", "east", [("10.9.1.1", True), ("10.9.1.2", False)]))
+    proc = subprocess.run([sys.executable, "-m", "mcsdns", "zone", "--kubeconfig", str(testbed.kubeconfig_path),
+                           "--namespaces", ns, "--ns-address", "127.0.0.1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    zone = dns.zone.from_text(proc.stdout, origin=ZONE, relativize=False)
+    def rdatas(name: str, rdtype: str) -> list[str]:
+        rrset = zone.get_rrset(f"{name}.{ns}.svc.{ZONE}", rdtype)
+        return sorted(rd.to_text() for rd in rrset) if rrset else []
+    assert rdatas("web", "A") == ["10.9.0.1"]
+    assert rdatas("db", "A") == ["10.9.1.1"]  # the not-ready endpoint is in no answer
+    assert rdatas("10-9-1-1.east.db", "A") == ["10.9.1.1"]
+    assert rdatas("db", "SRV") == [f"0 100 80 10-9-1-1.east.db.{ns}.svc.{ZONE}"]
+
+
+def test_zone_with_an_unreachable_api_fails_clearly(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    proc = subprocess.run([sys.executable, "-m", "mcsdns", "zone", "--kubeconfig", str(kubeconfig), "--timeout", "2"],
+                          cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "not synced" in proc.stderr and proc.stdout == ""
