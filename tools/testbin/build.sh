@@ -42,7 +42,12 @@ kube=$(build_module "$here/kube" "$cache/kube" \
     go.etcd.io/etcd/server/v3=etcd)
 LDFLAGS="-s -w"
 coredns=$(build_module "$here/coredns" "$cache/coredns" .=coredns)
+# As helm's Makefile links it: its version, and the Kubernetes version `helm lint`/`helm template`
+# assume (else 1.20, older than the chart's kubeVersion).
 LDFLAGS="-s -w -X helm.sh/helm/v3/internal/version.version=v3.19.5"
+for pkg in pkg/chartutil pkg/lint/rules; do
+    LDFLAGS="$LDFLAGS -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=34"
+done
 helm=$(build_module "$here/helm" "$cache/helm" helm.sh/helm/v3/cmd/helm=helm)
 
 ln -sf "$kube/kube-apiserver" "$bin/kube-apiserver"
