@@ -26,8 +26,8 @@ import asyncio
 import logging
 import sys
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TextIO
 
 from dnslib import AAAA, NS, QTYPE, RR, SOA, SRV, TXT, A, DNSLabel
@@ -39,9 +39,7 @@ from .config import Config, ConfigError
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
 from .table import Table, TableConfig
-
-# CoreDNS's SOA timers (plugin/backend_lookup.go), as the server's own SOA.
-REFRESH, RETRY, EXPIRE = 7200, 1800, 86400
+from .wire import SOA_EXPIRE, SOA_REFRESH, SOA_RETRY
 
 
 class ZoneSourceError(RuntimeError):
@@ -58,7 +56,7 @@ def _name(labels: tuple[str, ...], origin: tuple[str, ...]) -> DNSLabel:
     return DNSLabel([p.encode() for p in parts])
 
 
-def _rdata(rec: zone.Record, origin: tuple[str, ...]):
+def _rdata(rec: zone.Record, origin: tuple[str, ...]) -> A | AAAA | SRV | TXT | NS:
     if rec.rtype == zone.A:
         return A(rec.data)
     if rec.rtype == zone.AAAA:
@@ -80,7 +78,7 @@ def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) ->
     apex = _name((), origin)
     yield RR(apex, QTYPE.SOA, ttl=min(ttl, 300), rdata=SOA(
         _name(zone.NS_NAME, origin), _name(("hostmaster",), origin),
-        (table.serial & 0xFFFFFFFF, REFRESH, RETRY, EXPIRE, ttl)))  # fmt: skip
+        (table.serial & 0xFFFFFFFF, SOA_REFRESH, SOA_RETRY, SOA_EXPIRE, ttl)))  # fmt: skip
     fixed = [
         ((), zone.answer((), zone.NS, table, ttl, ns_addresses)),
         (("dns-version",), zone.answer(("dns-version",), zone.TXT, table, ttl, ns_addresses)),
