@@ -6,7 +6,8 @@
   (`kubectl kustomize deploy/base`), Helm's own labels, the flags checksum and
   the ConfigMap name's hash aside, with the flags compared as the pod parses
   them; the only object the chart leaves out is the Namespace (Helm's
-  `--create-namespace`).
+  `--create-namespace`). With `hpa.enabled` and `prometheus.monitor.enabled`
+  it renders the production overlay (base + HPA + ServiceMonitor).
 * RBAC is exactly the base's three read-only rules; `rbac.clusterProperty`
   adds get/list/watch on ClusterProperties and nothing else.
 * `helm template` with every option on is applied with a server-side dry run
@@ -29,7 +30,7 @@ import yaml
 
 from serverproc import ROOT, Server
 from test_deploy import (  # noqa: F401  (kubectl is a fixture)
-    BASE, EXPECTED_RULES, Kubectl, assert_no_warnings, cached_binary, eventually, install_servicemonitor_crd,
+    BASE, EXPECTED_RULES, PRODUCTION, Kubectl, assert_no_warnings, cached_binary, eventually, install_servicemonitor_crd,
     kubectl, parse_flags,
 )
 from testbed import Testbed
@@ -123,8 +124,8 @@ def normalized(obj: dict) -> dict:
     return out
 
 
-def kustomize_base() -> list[dict]:
-    proc = subprocess.run([str(cached_binary("kubectl")), "kustomize", str(BASE)], capture_output=True, text=True,
+def kustomize(path: Path) -> list[dict]:
+    proc = subprocess.run([str(cached_binary("kubectl")), "kustomize", str(path)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -139,9 +140,13 @@ def test_helm_lint(tmp_path: Path) -> None:
         assert "1 chart(s) linted, 0 chart(s) failed" in out, out
 
 
-def test_defaults_render_the_kustomize_base(tmp_path: Path) -> None:
-    chart = {o["kind"]: normalized(o) for o in render(tmp_path)}
-    base = {o["kind"]: normalized(o) for o in kustomize_base()}
+@pytest.mark.parametrize("values, overlay", [
+    (None, BASE),
+    ({"hpa": {"enabled": True}, "prometheus": {"monitor": {"enabled": True}}}, PRODUCTION),
+], ids=["defaults=base", "hpa+monitor=production"])
+def test_chart_renders_the_kustomize_objects(tmp_path: Path, values: dict | None, overlay: Path) -> None:
+    chart = {o["kind"]: normalized(o) for o in render(tmp_path, values)}
+    base = {o["kind"]: normalized(o) for o in kustomize(overlay)}
     assert set(base) - set(chart) == {"Namespace"} and set(chart) <= set(base)
     for kind in sorted(chart):
         assert chart[kind] == base[kind], f"{kind} differs:\nchart: {chart[kind]}\nbase:  {base[kind]}"
@@ -188,7 +193,11 @@ def test_every_option_renders_where_it_belongs(tmp_path: Path) -> None:
     assert deployment["spec"]["template"]["metadata"]["annotations"][CHECKSUM] != default_checksum
 
 
-def test_bad_anti_affinity_preset_is_refused(tmp_path: Path) -> None:
+def test_anti_affinity_presets(tmp_path: Path) -> None:
+    pod = by_kind(render(tmp_path, {"podAntiAffinityPreset": "hard"}))["Deployment"]["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert "affinity" not in by_kind(render(tmp_path))["Deployment"]["spec"]["template"]["spec"]
     proc = subprocess.run([str(helm_binary()), "template", "x", str(CHART), "--set", "podAntiAffinityPreset=always"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and 'podAntiAffinityPreset must be soft, hard or empty: "always"' in proc.stderr
