@@ -61,7 +61,7 @@ def _us(v: float | None) -> str:
 
 
 def targets(results: dict) -> list[dict]:
-    """Each target of issue 5 with the measured value and whether it is met (None: not measured)."""
+    """Each performance target (docs/performance.md, "Targets") with the measured value and whether it is met (None: not measured)."""
     out: list[dict] = []
 
     def add(name: str, value: str, met: bool | None, note: str = "") -> None:
@@ -237,7 +237,7 @@ def markdown(results: dict) -> str:
         lines.append("")
     t = targets(results)
     if t:
-        lines += ["## Targets (issue 5)", "", "| Target | Measured | Met |", "|---|---|---|"]
+        lines += ["## Targets", "", "| Target | Measured | Met |", "|---|---|---|"]
         for item in t:
             met = "n/a" if item["met"] is None else ("yes" if item["met"] else "**no**")
             lines.append(f"| {item['target']} | {item['measured']} | {met} |")

@@ -2,8 +2,8 @@
 
 * `Mcsdns`: `python -m mcsdns serve` from a manifest file or a kubeconfig.
 * `CoreDns`: the testbed's trimmed CoreDNS 1.14.x, `kubernetes` plugin with
-  `multicluster`, reading the testbed's kube-apiserver (the Corefile of
-  shared/spec/k8s-testbed.md, bound to 127.0.0.1).
+  `multicluster`, reading the testbed's kube-apiserver (`CoreDns.corefile`
+  below, bound to 127.0.0.1).
 * `Knot`: knotd with a static zone file.
 
 Every process is stopped by its PID (SIGTERM, then SIGKILL), and the kernel

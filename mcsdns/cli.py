@@ -120,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="processes answering DNS on the same --listen ports (SO_REUSEPORT), each with its own watch "
                      "or manifest reader, as CoreDNS replicas are; worker K serves /health, /ready and its own /metrics "
                      "on the --http-listen port + K. The parent forwards SIGTERM/SIGINT/SIGHUP and restarts a worker that dies")
+    from .zonefile import add_arguments as zone_arguments
+
+    zone_arguments(sub.add_parser(
+        "zone", help="print the zone as an RFC 1035 zone file",
+        description="Print the clusterset zone as an RFC 1035 zone file: every record mcsdns would answer, compiled "
+        "from manifests (or one list of the Kubernetes API) exactly as `serve` compiles them. Names that exist only "
+        "by CoreDNS's rules (pod.<zone>, namespaces without services) have no records and are not printed."))
     return parser
 
 
@@ -172,6 +179,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "zone":
+        from .zonefile import main as zone_main
+
+        return zone_main(args, parser)
     try:
         config = config_from_args(args)
     except ConfigError as exc:

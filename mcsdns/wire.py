@@ -25,6 +25,7 @@ U16 = struct.Struct(">H")
 RR_FIXED = struct.Struct(">HHIH")  # type, class, ttl, rdlength
 SRV_FIXED = struct.Struct(">HHH")
 SOA_TIMERS = struct.Struct(">IIIII")
+SOA_REFRESH, SOA_RETRY, SOA_EXPIRE = 7200, 1800, 86400  # CoreDNS's SOA timers (plugin/backend_lookup.go)
 
 QR, AA, TC, RD, CD = 0x8000, 0x0400, 0x0200, 0x0100, 0x0010
 OPCODE_MASK = 0x7800
@@ -362,7 +363,7 @@ def _wire_len(labels: tuple[str, ...]) -> int:
 def soa_record(zone_at: int, ttl: int, minimum: int, serial: int) -> bytes:
     """`Z <ttl> IN SOA ns.dns.Z. hostmaster.Z. serial 7200 1800 86400 minimum` (contract 3.2)."""
     zone = pointer(zone_at)
-    rdata = b"\x02ns\x03dns" + zone + b"\x0ahostmaster" + zone + SOA_TIMERS.pack(serial, 7200, 1800, 86400, minimum)
+    rdata = b"\x02ns\x03dns" + zone + b"\x0ahostmaster" + zone + SOA_TIMERS.pack(serial, SOA_REFRESH, SOA_RETRY, SOA_EXPIRE, minimum)
     return zone + RR_FIXED.pack(SOA, CLASS_IN, ttl, len(rdata)) + rdata
 
 

@@ -12,8 +12,8 @@ The module talks to the API server with nothing but the standard library (raw
 JSON over HTTPS with the admin client certificate), so a test sees exactly what
 a client sees on the wire: status codes, ``Status`` bodies and watch events.
 
-See ``shared/spec/k8s-testbed.md`` (kept in the project notes) for the
-recipe and its traps.
+The traps it handles (certificates, service-account keys, the CRD's
+establishment, loopback-only ports) are explained where they are handled.
 """
 
 from __future__ import annotations

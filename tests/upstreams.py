@@ -43,21 +43,26 @@ def big_txt(count: int = 40) -> str:
 
 
 class Knot:
-    """knotd serving `zone_text` as example.test. on 127.0.0.1:<port>."""
+    """knotd serving `zone_text` as `domain` (default example.test.) on 127.0.0.1:<port>.
 
-    def __init__(self, workdir: Path, zone_text: str = EXAMPLE_ZONE + big_txt()) -> None:
+    Ready once `probe` (default www.example.test.) gets an answer from it.
+    """
+
+    def __init__(self, workdir: Path, zone_text: str = EXAMPLE_ZONE + big_txt(), domain: str = "example.test.",
+                 probe: str = "www.example.test.") -> None:
         if shutil.which("knotd") is None:
             raise RuntimeError("knotd is not installed (apt-get install knot; .ci/run installs it)")
         self.dir = workdir
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
-        (workdir / "example.test.zone").write_text(zone_text)
+        self.probe = probe
+        (workdir / f"{domain}zone").write_text(zone_text)
         (workdir / "knot.conf").write_text(
             f'server:\n    rundir: "{workdir}"\n    listen: 127.0.0.1@{self.port}\n'
             f"    udp-workers: 1\n    tcp-workers: 1\n    background-workers: 1\n"
             f'database:\n    storage: "{workdir}"\n'
             f"log:\n  - target: stderr\n    any: warning\n"
-            f'zone:\n  - domain: example.test.\n    storage: "{workdir}"\n    file: "example.test.zone"\n'
+            f'zone:\n  - domain: {domain}\n    storage: "{workdir}"\n    file: "{domain}zone"\n'
         )
 
     @property
@@ -68,7 +73,7 @@ class Knot:
         log = open(self.dir / "knotd.log", "wb")
         self.proc = subprocess.Popen(["knotd", "-c", str(self.dir / "knot.conf")], stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
-        query = dns.message.make_query("www.example.test.", "A")
+        query = dns.message.make_query(self.probe, "A")
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"knotd exited: {(self.dir / 'knotd.log').read_text()}")

@@ -1,0 +1,195 @@
+"""`mcsdns zone`: the compiled zone printed as an RFC 1035 zone file (rendered with dnslib).
+
+The records come from the same code the server answers from: the objects are
+read into a `Store` (from manifests, or one list of the Kubernetes API), a
+`Table` is built on it, and every service goes through `compile.compile_service`
+with per-endpoint names included. Each positive answer becomes the records of
+its name, so a zone file server loaded with the output (Knot, NSD, BIND) gives
+the same A, AAAA, SRV and TXT answers as mcsdns for every name it prints
+(tests/test_zonefile.py checks that against knotd). Uses: diffing what two
+servers or two manifest sets serve, and feeding a static server in benchmarks.
+
+What a static zone cannot say (the answers that exist only as CoreDNS's
+rules, docs/dns-contract.md): `pod.<zone>` and namespaces without services
+are NODATA in mcsdns but absent here (NXDOMAIN in a zone file server); a
+ClusterSetIP import without IPs is NODATA in mcsdns and absent here; TXT on
+an empty non-terminal (`svc.<zone>`, `<ns>.svc.<zone>`) is NXDOMAIN in mcsdns
+(a CoreDNS quirk) and NODATA in a zone file server; names mcsdns answers
+whatever their spelling (`_._tcp.<svc>...`) appear only in canonical form.
+The SOA serial is the table's; zone transfers are not served by mcsdns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from dnslib import AAAA, NS, QTYPE, RR, SOA, SRV, TXT, A, DNSLabel
+from prometheus_client import CollectorRegistry
+
+from . import compile as zone
+from .app import advertised_addresses
+from .config import Config, ConfigError
+from .sources.manifests import ManifestSource, default_paths
+from .store import Store
+from .table import Table, TableConfig
+from .wire import SOA_EXPIRE, SOA_REFRESH, SOA_RETRY
+
+
+class ZoneSourceError(RuntimeError):
+    """The objects could not be read completely (the message says which source and why)."""
+
+
+def _name(labels: tuple[str, ...], origin: tuple[str, ...]) -> DNSLabel:
+    """Labels left of the zone plus the zone, as dnslib's absolute name.
+
+    A label with a dot (a cluster id that is a DNS subdomain) is split, as the
+    server splits it in SRV targets.
+    """
+    parts = [p for label in labels for p in label.split(".")] + list(origin)
+    return DNSLabel([p.encode() for p in parts])
+
+
+def _rdata(rec: zone.Record, origin: tuple[str, ...]) -> A | AAAA | SRV | TXT | NS:
+    if rec.rtype == zone.A:
+        return A(rec.data)
+    if rec.rtype == zone.AAAA:
+        return AAAA(rec.data)
+    if rec.rtype == zone.SRV:
+        priority, weight, port, target = rec.data
+        return SRV(priority, weight, port, _name(target, origin))
+    if rec.rtype == zone.TXT:
+        return TXT(rec.data)
+    if rec.rtype == zone.NS:
+        return NS(_name(rec.data, origin))
+    raise ValueError(f"no zone file form for record type {rec.rtype}")
+
+
+def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) -> Iterator[RR]:
+    """Every record of `zone_name`: SOA, apex NS and its addresses, dns-version, then each service's."""
+    origin = tuple(zone_name.lower().rstrip(".").split("."))
+    ttl = table.ttl
+    apex = _name((), origin)
+    yield RR(apex, QTYPE.SOA, ttl=min(ttl, 300), rdata=SOA(
+        _name(zone.NS_NAME, origin), _name(("hostmaster",), origin),
+        (table.serial & 0xFFFFFFFF, SOA_REFRESH, SOA_RETRY, SOA_EXPIRE, ttl)))  # fmt: skip
+    fixed = [
+        ((), zone.answer((), zone.NS, table, ttl, ns_addresses)),
+        (("dns-version",), zone.answer(("dns-version",), zone.TXT, table, ttl, ns_addresses)),
+    ]
+    for labels, ans in fixed:
+        for rec in ans.answer + ans.additional:
+            yield RR(_name(labels if rec.owner is None else rec.owner, origin), rec.rtype, ttl=rec.ttl,
+                     rdata=_rdata(rec, origin))
+    for key in sorted(table.store.imports):
+        svc = table.service(*key)
+        if svc is None or not table.namespace_exposed(key[0]):
+            continue
+        for labels, _qtype, ans in zone.compile_service(svc, table, ttl, ns_addresses, endpoint_names=True):
+            if ans.rcode != zone.NOERROR:
+                continue
+            for rec in ans.answer:  # glue is the targets' own records, printed under their names
+                owner = labels if rec.owner is None else rec.owner
+                yield RR(_name(owner, origin), rec.rtype, ttl=rec.ttl, rdata=_rdata(rec, origin))
+
+
+def write_zone(out: TextIO, table: Table, zone_name: str, ns_addresses: tuple[str, ...], source: str) -> int:
+    """Print the zone file; returns the number of records."""
+    out.write(f"; {zone_name}. as served by mcsdns from {source}\n")
+    out.write(f"$ORIGIN {zone_name}.\n")
+    n = 0
+    for rr in zone_records(table, zone_name, ns_addresses):
+        out.write(rr.toZone() + "\n")
+        n += 1
+    return n
+
+
+def load_store(config: Config, timeout: float) -> Store:
+    """The objects of the configured source, read once (manifests) or listed once (Kubernetes API)."""
+    store = Store()
+    if config.uses_api and not config.manifests:
+        _list_once(config, store, timeout)
+        return store
+    source = ManifestSource(list(config.manifests) or default_paths(), store)
+    source.load()
+    if not store.synced_all:
+        raise ZoneSourceError(source.status())
+    return store
+
+
+def _list_once(config: Config, store: Store, timeout: float) -> None:
+    """Run the Kubernetes source until every resource has been listed, then stop it."""
+    from .metrics import Metrics
+    from .sources.kube import KubeSource
+
+    source = KubeSource(config, store, Metrics(CollectorRegistry()))
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(source.run(stop))
+        deadline = time.monotonic() + timeout
+        try:
+            while not store.synced_all and time.monotonic() < deadline and not task.done():
+                await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(run())
+    if not store.synced_all:
+        raise ZoneSourceError(f"not synced within {timeout:g}s: {source.status()}")
+
+
+def run(config: Config, out: TextIO, timeout: float = 30.0) -> int:
+    """`mcsdns zone`: print the zone (the first of config.zones); returns the record count."""
+    name = config.zones[0]
+    store = load_store(config, timeout)
+    ns_addresses = advertised_addresses(config)
+    table = Table(TableConfig((name,), config.ttl, config.namespaces, ns_addresses), store)
+    return write_zone(out, table, name, ns_addresses, config.describe_source())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `zone` subcommand's flags: the source and zone flags of `serve`, with the same meaning."""
+    parser.add_argument("--manifests", metavar="PATH", action="append", type=Path, default=[],
+                        help="file or directory of manifests (repeatable); default: the bundled example")
+    parser.add_argument("--kubeconfig", metavar="PATH", type=Path, default=None,
+                        help="list the cluster of this kubeconfig once instead")
+    parser.add_argument("--context", metavar="NAME", default=None, help="kubeconfig context to use")
+    parser.add_argument("--labels", metavar="SELECTOR", default=None,
+                        help="label selector that MCS EndpointSlices must also match (as for serve)")
+    parser.add_argument("--zone", metavar="NAME", default="clusterset.local", help="zone to print (default clusterset.local)")
+    parser.add_argument("--ttl", metavar="SECONDS", type=int, default=5, help="TTL of every record, 0..3600 (default 5)")
+    parser.add_argument("--namespaces", metavar="NS,...", default=None, help="expose only these namespaces")
+    parser.add_argument("--ns-address", metavar="IP", action="append", default=[],
+                        help="address(es) of ns.dns.<zone> (default: POD_IP(S), else 127.0.0.1)")
+    parser.add_argument("--timeout", metavar="SECONDS", type=float, default=30.0,
+                        help="with --kubeconfig: give up if the first list is not complete after this long (default 30)")
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Exit codes as for serve: 0 printed, 1 the source could not be read, 2 bad flags."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    namespaces = None
+    if args.namespaces is not None:
+        namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip()) or None
+    try:
+        config = Config(manifests=tuple(args.manifests), kubeconfig=args.kubeconfig, context=args.context,
+                        labels=args.labels, zones=(args.zone.lower().rstrip("."),), ttl=args.ttl,
+                        namespaces=namespaces, ns_addresses=tuple(args.ns_address)).validate()
+        if not 0 < args.timeout <= 3600:
+            raise ConfigError(f"--timeout must be in range (0, 3600] seconds: {args.timeout}")
+    except ConfigError as exc:
+        parser.error(str(exc))
+    try:
+        run(config, sys.stdout, args.timeout)
+    except ZoneSourceError as exc:
+        print(f"mcsdns zone: {exc}", file=sys.stderr)
+        return 1
+    return 0
