@@ -284,8 +284,8 @@ class Upstream:
         """The upstream's reply to `q` (ID as we sent it); UDP first unless the client used TCP.
 
         `exact` (dns-0x20): the name goes out with its letters' case chosen at
-        random and the reply must echo that spelling exactly; the reply comes
-        back with the client's own spelling in its question.
+        random and the reply must echo that spelling exactly. Either way the
+        reply comes back with the client's own spelling in its question.
 
         A truncated UDP reply is fetched again over TCP when the client's own
         buffer is larger than 512 bytes: the upstream may have cut at its own
@@ -308,7 +308,9 @@ class Upstream:
                     reply = await self.tcp(raw, question, deadline - time.monotonic(), reusable, exact)
                 except UpstreamError as exc:
                     log.debug("%s: TCP retry of a truncated reply failed (%s); passing the truncated one on", self.label, exc)
-        if exact:  # checked equal to what we sent but for nothing: same length, so every pointer still holds
+        if reply[12:name_end] != q.raw[12:name_end]:
+            # Checked equal but for case (dns-0x20, or an upstream that folds case): the client's spelling
+            # goes back, as it sent it. Same length, so every compression pointer still holds.
             reply = reply[:12] + q.raw[12:name_end] + reply[name_end:]
         return reply
 

@@ -29,6 +29,7 @@ _NAME_ONLY = frozenset({2, 5, 12, 39})  # NS, CNAME, PTR, DNAME: one name is the
 _TXT = frozenset({16, 99})  # TXT, SPF: one or more <character-string>s
 _IN_ONLY = {1: 4, 28: 16}  # A, AAAA: fixed sizes, in class IN only (CH A is a name and a 16-bit address)
 SRV, MX, SOA, A = 33, 15, 6, 1
+MAX_HOPS = 16  # compression pointers in one name: what dnspython accepts (miekg/dns: 126)
 _bits = random.SystemRandom()
 
 
@@ -143,14 +144,16 @@ def _name_in(data: bytes, i: int, end: int) -> int:
 def _skip_name(data: bytes, i: int, end: int) -> int:
     """Offset past the name at `i`, read within data[:end].
 
-    Stricter than wire._skip_name, as dnspython and miekg/dns read replies: the
-    first pointer goes before the name's own start, each further one before
-    the last target (so no loop), labels are ordinary, the name at most 255 bytes.
+    Stricter than wire._skip_name, as dnspython (2.9) reads replies: a pointer
+    goes before the start of the part of the name that holds it, and the name
+    it points to ends before that start too (so no loop and no overlap), at
+    most MAX_HOPS pointers, none into the header; labels are ordinary, the name
+    is at most 255 bytes.
     """
-    limit, after, size = i, 0, 0
+    start, after, size, hops = i, 0, 0, 0
     while True:
         if i >= end:
-            raise Malformed("name runs past the end")
+            raise Malformed("name runs past its bounds")
         length = data[i]
         if length == 0:
             return after or i + 1
@@ -158,10 +161,12 @@ def _skip_name(data: bytes, i: int, end: int) -> int:
             if i + 2 > end:
                 raise Malformed("truncated pointer")
             target = ((length & 0x3F) << 8) | data[i + 1]
-            if target >= limit:
-                raise Malformed("compression pointer that does not point backwards")
+            hops += 1
+            if target >= start or target < 12 or hops > MAX_HOPS:  # the header: the ID we rewrite is there
+                raise Malformed("compression pointer that does not point backwards into the records")
             after = after or i + 2
-            i = limit = target
+            end, i = start, target
+            start = target
             continue
         if length > 63:
             raise Malformed("extended label type")
