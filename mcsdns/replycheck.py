@@ -28,7 +28,7 @@ IN, CH = 1, 3
 _NAME_ONLY = frozenset({2, 5, 12, 39})  # NS, CNAME, PTR, DNAME: one name is the whole data
 _TXT = frozenset({16, 99})  # TXT, SPF: one or more <character-string>s
 _IN_ONLY = {1: 4, 28: 16}  # A, AAAA: fixed sizes, in class IN only (CH A is a name and a 16-bit address)
-SRV, MX, SOA, A = 33, 15, 6, 1
+SRV, MX, SOA, A, DNAME = 33, 15, 6, 1, 39
 MAX_HOPS = 16  # compression pointers in one name: what dnspython accepts (miekg/dns: 126)
 _bits = random.SystemRandom()
 
@@ -127,21 +127,24 @@ def _check_data(data: bytes, rtype: int, rclass: int, start: int, end: int) -> N
     elif rtype == SRV:
         at = _name_in(data, start + 6, end)
     elif rtype == A:  # class CH: a domain name and a 16-bit address
-        at = _name_in(data, start, end) + 2
+        at = _name_in(data, start, end, compressed=False) + 2
     else:
-        at = _name_in(data, start, end)
+        at = _name_in(data, start, end, compressed=rtype != DNAME)
     if at != end:
         raise Malformed(f"type {rtype} data is {size} bytes, its fields {at - start}")
 
 
-def _name_in(data: bytes, i: int, end: int) -> int:
-    """Offset past a name that starts at `i` and must end by `end` (a record's data)."""
+def _name_in(data: bytes, i: int, end: int, compressed: bool = True) -> int:
+    """Offset past a name that starts at `i` and must end by `end` (a record's data).
+
+    DNAME targets and CH A names are never compressed (RFC 6672 2.5; dnspython refuses them).
+    """
     if i >= end:
         raise Malformed("record data too short for its name")
-    return _skip_name(data, i, end)
+    return _skip_name(data, i, end, compressed)
 
 
-def _skip_name(data: bytes, i: int, end: int) -> int:
+def _skip_name(data: bytes, i: int, end: int, compressed: bool = True) -> int:
     """Offset past the name at `i`, read within data[:end].
 
     Stricter than wire._skip_name, as dnspython (2.9) reads replies: a pointer
@@ -158,8 +161,8 @@ def _skip_name(data: bytes, i: int, end: int) -> int:
         if length == 0:
             return after or i + 1
         if length & 0xC0 == 0xC0:
-            if i + 2 > end:
-                raise Malformed("truncated pointer")
+            if i + 2 > end or not compressed:
+                raise Malformed("truncated pointer, or a pointer where compression is not allowed")
             target = ((length & 0x3F) << 8) | data[i + 1]
             hops += 1
             if target >= start or target < 12 or hops > MAX_HOPS:  # the header: the ID we rewrite is there
