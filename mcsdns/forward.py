@@ -240,7 +240,7 @@ class UdpQuery:
             except OSError as exc:  # ICMP port/host unreachable for the datagram we sent
                 self.future.set_exception(UpstreamError(_oserror(exc)))
                 return
-            if source[1] != self.peer[1] or socket.inet_pton(self.family, source[0]) != self.peer[0]:
+            if source[0] != self.peer[0] or source[1] != self.peer[1]:
                 _mismatch(self.metrics, self.label, "source", source)
                 continue
             reason, reply = check_reply(data, self.qid, self.question, self.exact)
@@ -269,7 +269,8 @@ class Upstream:
         self.family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.label = _hostport(host, port)  # CoreDNS's `to` label: net.JoinHostPort
         self.metrics = metrics
-        self.peer = (socket.inet_pton(self.family, host), port)  # what a reply's source must be
+        # What a UDP reply's source must be, spelled as recvfrom spells addresses (inet_ntop).
+        self.peer = (socket.inet_ntop(self.family, socket.inet_pton(self.family, host)), port)
         self.fails = 0
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
         self.prober: asyncio.Task | None = None
