@@ -30,7 +30,6 @@ import os
 import random
 import struct
 
-import dns.edns
 import dns.message
 import dns.rdatatype
 import dns.rrset
