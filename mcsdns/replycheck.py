@@ -2,7 +2,7 @@
 
 Pure functions, no I/O: `forward.py` calls them on every datagram or TCP
 message an upstream socket receives. A reply is accepted only when it carries
-the ID we sent, is a response, has exactly one question equal to the one we
+the ID we sent, is a response to a QUERY, has exactly one question equal to the one we
 sent (name case-insensitively, or exactly under dns-0x20; type and class
 exactly), and is a well-formed message: every record framed inside the
 message with valid names and nothing after the last one, at most one OPT (in
@@ -21,7 +21,7 @@ from .wire import OPT, Malformed, _check_options
 
 # The reasons a reply is dropped, in the order they are checked (`source` is checked by the
 # socket layer before anything is read); exported so the metric shows every one from the start.
-REASONS = ("source", "malformed", "id", "not_response", "no_question", "question_count", "name", "case", "type", "class")
+REASONS = ("source", "malformed", "id", "not_response", "opcode", "no_question", "question_count", "name", "case", "type", "class")
 
 TC_BYTE = 0x02  # TC in the third header byte
 IN, CH = 1, 3
@@ -55,6 +55,8 @@ def check_reply(data: bytes, qid: int, question: bytes, exact_case: bool) -> tup
         return "id", b""
     if not data[2] & 0x80:
         return "not_response", b""
+    if data[2] & 0x78:  # only QUERY is forwarded (resolve.py answers other opcodes NOTIMP itself)
+        return "opcode", b""
     qd = (data[4] << 8) | data[5]
     if qd != 1:
         return ("no_question" if qd == 0 else "question_count"), b""

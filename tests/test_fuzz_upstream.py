@@ -31,6 +31,7 @@ import random
 import struct
 
 import dns.message
+import dns.name
 import dns.rdatatype
 import dns.rrset
 from prometheus_client import CollectorRegistry
@@ -157,6 +158,7 @@ class Upstream:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.sent: dict[bytes, set[bytes]] = {}  # lower-cased question -> messages sent (from byte 2, lower-cased)
+        self.flags: dict[bytes, set[bytes]] = {}  # lower-cased question -> header flags sent (bytes 2-3)
         self.recent: list[bytes] = []
         self.transport: asyncio.DatagramTransport | None = None
         self.server: asyncio.AbstractServer | None = None
@@ -174,6 +176,7 @@ class Upstream:
         self.recent = (self.recent + [truth])[-8:]
         question = data[12 : data.index(0, 12) + 5].lower()
         self.sent.setdefault(question, set()).update(m[2:].lower() for m in out)
+        self.flags.setdefault(question, set()).update(m[2:4] for m in out if len(m) >= 12)
         return out
 
     async def start(self) -> None:
@@ -188,9 +191,15 @@ class Upstream:
                 for reply in upstream.replies(data):
                     upstream.transport.sendto(reply, addr)
 
-        await loop.create_datagram_endpoint(Udp, local_addr=("127.0.0.1", 0))
-        self.port = self.transport.get_extra_info("sockname")[1]
-        self.server = await asyncio.start_server(self._tcp, "127.0.0.1", self.port)
+        for _ in range(50):  # the kernel's free UDP port may be taken for TCP: another one then
+            await loop.create_datagram_endpoint(Udp, local_addr=("127.0.0.1", 0))
+            self.port = self.transport.get_extra_info("sockname")[1]
+            try:
+                self.server = await asyncio.start_server(self._tcp, "127.0.0.1", self.port)
+                return
+            except OSError:
+                self.transport.close()
+        raise RuntimeError("no loopback port free for both UDP and TCP")
 
     async def _tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -266,10 +275,14 @@ def check(client: bytes, reply: bytes, tcp: bool, upstream: Upstream) -> None:
         if reply[3] & 0x0F not in (2, 5):
             raise Violation(f"the server's own reply with rcode {reply[3] & 0x0F}")
         return
-    if reply[2] & 0x02 and reply[6:10] == b"\x00" * 4:
-        return  # cut to a TC header and question for the client's buffer: nothing of the upstream's but flags
+    question = client[12:qend].lower()
+    if reply[2] & 0x02 and reply[6:10] == b"\x00" * 4 and len(reply) in (qend, qend + 11):
+        # Cut to a TC header, the question and our OPT for the client's buffer: only the flags are the upstream's.
+        if not any(bytes((f[0] | 0x02, f[1])) == reply[2:4] for f in upstream.flags.get(question, ())):
+            raise Violation(f"a TC reply with flags the upstream never sent: {reply.hex()}")
+        return
     body = reply[2:].lower()
-    sent = upstream.sent.get(client[12:qend].lower(), set())
+    sent = upstream.sent.get(question, set())
     stripped = {m[:4] + b"\x00" * 6 + m[10 : qend - 2] for m in sent}  # a TC reply whose records did not parse
     if body not in sent and body not in stripped:
         raise Violation(f"reply is no message the upstream sent for this query: {reply.hex()}")
