@@ -86,3 +86,22 @@ def test_mix_case_changes_only_the_case_of_letters():
     assert all(s.lower() == name.lower() and len(s) == len(name) for s in spellings)
     digits = b"\x011\x012\x00"
     assert mix_case(digits) == digits
+
+
+def test_any_bytes_get_a_verdict_never_an_exception():
+    """Random damage to a reply (and random bytes): check_reply returns (reason, b"") or (None, bytes), nothing else."""
+    import random
+
+    rng = random.Random(5452)
+    big = _reply(QUERY, *(f"192.0.2.{i}" for i in range(1, 40)))
+    for _ in range(20000):
+        wire = bytearray(rng.choice((GOOD, big)))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(wire))
+            wire[at] = rng.randrange(256) if rng.random() < 0.8 else 0xC0
+        if rng.random() < 0.2:
+            del wire[rng.randrange(len(wire)):]
+        if rng.random() < 0.1:
+            wire = bytearray(rng.randbytes(rng.randrange(64)))
+        reason, reply = check_reply(bytes(wire), QID, QUESTION, exact_case=rng.random() < 0.5)
+        assert (reason in REASONS and reply == b"") or (reason is None and reply[:2] == QID.to_bytes(2, "big"))
