@@ -2,9 +2,9 @@
 
 Pure functions, no I/O: `forward.py` calls them on every datagram or TCP
 message an upstream socket receives. A reply is accepted only when it carries
-the ID we sent, is a response to a QUERY, has exactly one question equal to the one we
-sent (name case-insensitively, or exactly under dns-0x20; type and class
-exactly), and is a well-formed message: every record framed inside the
+the ID we sent, is a response to a QUERY, has exactly one question equal to
+the one we sent (name case-insensitively, or exactly under dns-0x20; type and
+class exactly), and is a well-formed message: every record framed inside the
 message with valid names and nothing after the last one, at most one OPT (in
 the additional section, owned by the root, its options framed), and the data
 of the common types (A, AAAA, NS, CNAME, PTR, DNAME, MX, SOA, SRV, TXT) in
@@ -21,7 +21,8 @@ from .wire import OPT, Malformed, _check_options
 
 # The reasons a reply is dropped, in the order they are checked (`source` is checked by the
 # socket layer before anything is read); exported so the metric shows every one from the start.
-REASONS = ("source", "malformed", "id", "not_response", "opcode", "no_question", "question_count", "name", "case", "type", "class")
+REASONS = ("source", "malformed", "id", "not_response", "opcode", "no_question", "question_count",
+           "name", "case", "type", "class")
 
 TC_BYTE = 0x02  # TC in the third header byte
 IN, CH = 1, 3
