@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="upstream selection policy: random (default), round_robin or sequential (CoreDNS forward `policy`)")
     fwd.add_argument("--max-concurrent", metavar="N", type=_int, default=1000,
                      help="in-flight forwarded queries; beyond it REFUSED (CoreDNS forward `max_concurrent`; default 1000)")
+    fwd.add_argument("--forward-0x20", action="store_true",
+                     help="dns-0x20: send each forwarded name with its letters in random case and accept only replies "
+                     "that echo that spelling exactly (more to guess for a forger); the client gets its own spelling back. "
+                     "Off by default: an upstream that does not preserve case would have every reply dropped")
     ops = s.add_argument_group("operations")
     ops.add_argument("--http-listen", metavar="HOST:PORT", type=_hostport(9153), default=("127.0.0.1", 9153),
                      help="admin HTTP listener for /health, /ready and /metrics (default 127.0.0.1:9153)")
@@ -169,6 +173,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         upstream_timeout=args.upstream_timeout,
         upstream_policy=args.policy,
         max_concurrent=args.max_concurrent,
+        forward_0x20=args.forward_0x20,
         lameduck=args.lameduck,
         log_level=args.log_level,
         log_queries=args.log_queries,

@@ -50,6 +50,7 @@ class Config:
     upstream_timeout: float = 2.0  # then SERVFAIL to the client
     upstream_policy: str = "random"  # CoreDNS forward's default
     max_concurrent: int = 1000  # in-flight forwarded queries; beyond it REFUSED (CoreDNS forward default)
+    forward_0x20: bool = False  # dns-0x20: random letter case upstream, echoed exactly; off, as some upstreams lower-case
 
     # Lifecycle and logging.
     lameduck: float = 5.0  # keep answering this long after SIGTERM while /ready reports 503

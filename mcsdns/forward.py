@@ -10,17 +10,23 @@ client retries over TCP.
 
 Transport: UDP clients are forwarded over UDP, retried over TCP when the
 upstream truncates below what the client can take (EDNS buffer > 512); TCP
-clients are forwarded over TCP. Per upstream, UDP
-queries share a few connected sockets (`UdpChannel`) with an ID-remapping
-table; TCP connections are kept idle for reuse (one query at a time each).
+clients are forwarded over TCP. Each UDP query leaves from its own socket on
+a random port under a random ID (`UdpQuery`, RFC 5452), and a reply is
+accepted only from the address and port the query went to, with that ID and
+the very question sent (`replycheck.py`); everything else is counted and
+ignored while the wait goes on. TCP connections are kept idle for reuse (one
+query at a time each); their replies get the same checks. With
+`--forward-0x20` the name goes out in random letter case, which the reply
+must echo (dns-0x20). Forwarded replies are never cached.
 
 Health: two consecutive failures mark an upstream down; from its first
 failure a background task probes it with `. IN NS` (as CoreDNS does) until
 any reply comes back. When every upstream is down they are tried anyway.
 
 Bounds: at most `max_concurrent` queries in flight (beyond it REFUSED at
-once); each holds a future, a copy of the query and a table entry, so memory
-stays proportional to that bound.
+once); each holds a future, a copy of the query and at most one UDP socket
+or TCP connection at a time, so memory and open sockets stay proportional to
+that bound.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import Config, ConfigError
-from .querylog import TYPE_TEXT, errors, name_text
+from .querylog import TYPE_TEXT, client_text, errors, name_text
+from .replycheck import check_reply, mix_case
 from .transport import LocalReply
 from .wire import MAX_UDP, REFUSED, SERVFAIL, TC, Query, error_reply, opt_record
 
@@ -49,10 +56,11 @@ RESOLV_CONF = Path("/etc/resolv.conf")
 MAX_FAILS = 2  # CoreDNS forward `max_fails`: consecutive failures before an upstream is marked down
 PROBE_INTERVAL = 0.5  # CoreDNS `health_check` default
 PROBE_TIMEOUT = 1.0  # CoreDNS health check read timeout
-CHANNEL_CAP = 1024  # in-flight queries per UDP socket: keeps ID picks cheap and IDs hard to guess
 TCP_IDLE = 10.0  # CoreDNS `expire`: idle upstream TCP connections are closed after this long
 TCP_POOL = 16  # idle TCP connections kept per upstream
-MAX_STRAY = 8  # replies with the wrong ID read from one TCP connection before giving up on it
+MAX_STRAY = 8  # replies that do not answer our query read from one TCP connection before giving up on it
+IP_RECVERR = getattr(socket, "IP_RECVERR", 11)  # Linux values; Python names them only on some builds
+IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
 
 U16 = struct.Struct(">H")
 AXFR, IXFR = 252, 251
@@ -174,77 +182,80 @@ def _hostport(host: str, port: int) -> str:
 # --------------------------------------------------------------------------- UDP
 
 
-class UdpChannel:
-    """One connected UDP socket to an upstream, shared by many in-flight queries.
+class UdpQuery:
+    """One query over UDP from its own socket, open only while the query waits (RFC 5452).
 
-    Each query goes out under a random ID unused on this socket; a reply is
-    matched by ID and question and resolves the waiting future. Connected, the
-    socket only hears from the upstream's address, and the kernel reports ICMP
-    port-unreachable on it, so a dead port fails at once instead of timing out.
+    The socket is unconnected and bound by the kernel to a random ephemeral
+    port (Linux picks UDP ports at random); the query carries a random ID.
+    Every datagram the socket receives is checked: it must come from the exact
+    address and port the query went to and pass `check_reply`. Anything else
+    is counted by reason and the wait goes on. IP_RECVERR keeps ICMP port
+    unreachable visible on the unconnected socket, so a dead upstream still
+    fails at once instead of timing out.
     """
 
-    def __init__(self, addr: tuple[str, int], family: int) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.sock = socket.socket(family, socket.SOCK_DGRAM)
+    __slots__ = ("sock", "future", "peer", "family", "qid", "question", "exact", "metrics", "label")
+
+    def __init__(self, upstream: "Upstream", raw: bytes, question: bytes, exact: bool) -> None:
+        self.family = upstream.family
+        self.peer = upstream.peer
+        self.metrics = upstream.metrics
+        self.label = upstream.label
+        self.question = question
+        self.exact = exact
+        self.qid = _ids.getrandbits(16)
+        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.sock = socket.socket(upstream.family, socket.SOCK_DGRAM)
         try:
             self.sock.setblocking(False)
-            self.sock.connect(addr)
+            if upstream.family == socket.AF_INET6:
+                self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVERR, 1)
+            else:
+                self.sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+            self.sock.sendto(U16.pack(self.qid) + raw[2:], upstream.addr)
         except OSError:
             self.sock.close()
             raise
-        self.pending: dict[int, tuple[asyncio.Future, bytes]] = {}
-        self.loop.add_reader(self.sock.fileno(), self._readable)
-        self.closed = False
 
-    def send(self, raw: bytes, question: bytes) -> tuple[int, asyncio.Future]:
-        """Send `raw` under a fresh ID; the future gets the reply (ID as sent)."""
-        qid = _ids.getrandbits(16)
-        while qid in self.pending:
-            qid = _ids.getrandbits(16)
+    async def reply(self, timeout: float) -> bytes:
+        """The first acceptable reply within `timeout`; the socket is closed however this ends."""
+        loop = asyncio.get_running_loop()
+        fd = self.sock.fileno()
+        loop.add_reader(fd, self._readable)
         try:
-            self.sock.send(U16.pack(qid) + raw[2:])
-        except OSError as exc:  # ECONNREFUSED from an earlier ICMP error, ENOBUFS, EAGAIN
-            raise UpstreamError(_oserror(exc)) from None
-        future = self.loop.create_future()
-        self.pending[qid] = (future, question)
-        return qid, future
-
-    def forget(self, qid: int) -> None:
-        self.pending.pop(qid, None)
+            async with asyncio.timeout(timeout):
+                return await self.future
+        except TimeoutError:
+            raise UpstreamError(f"no reply over UDP within {timeout:.3g}s") from None
+        finally:
+            loop.remove_reader(fd)
+            self.sock.close()
 
     def _readable(self) -> None:
-        while True:
+        while not self.future.done():
             try:
-                data = self.sock.recv(65535)
+                data, source = self.sock.recvfrom(65535)
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # ICMP port/host unreachable: every query on this socket is lost
-                self._fail_all(UpstreamError(_oserror(exc)))
+            except OSError as exc:  # ICMP port/host unreachable for the datagram we sent
+                self.future.set_exception(UpstreamError(_oserror(exc)))
                 return
-            if len(data) < 12 or not data[2] & 0x80:
+            if source[0] != self.peer[0] or source[1] != self.peer[1]:
+                _mismatch(self.metrics, self.label, "source", source)
                 continue
-            entry = self.pending.get((data[0] << 8) | data[1])
-            if entry is None:
-                continue  # a late reply to a query that already timed out
-            future, question = entry
-            if data[4:6] != b"\x00\x00" and data[12 : 12 + len(question)].lower() != question:
-                continue  # same ID, other question: not ours, keep waiting for the real one
-            del self.pending[(data[0] << 8) | data[1]]
-            if not future.done():
-                future.set_result(data)
+            reason, reply = check_reply(data, self.qid, self.question, self.exact)
+            if reason is not None:
+                _mismatch(self.metrics, self.label, reason, source)
+                continue
+            self.future.set_result(reply)
 
-    def _fail_all(self, exc: UpstreamError) -> None:
-        pending, self.pending = self.pending, {}
-        for future, _ in pending.values():
-            if not future.done():
-                future.set_exception(exc)
 
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.loop.remove_reader(self.sock.fileno())
-            self.sock.close()
-            self._fail_all(UpstreamError("forwarder closed"))
+def _mismatch(metrics: "Metrics | None", label: str, reason: str, source: object) -> None:
+    """A reply that does not answer our query: count it, say so (rate-limited), keep waiting."""
+    if metrics is not None:
+        metrics.mismatched_reply(reason)
+    errors.log("forward-mismatch", logging.WARNING, "dropped a reply from %s for a query to %s: %s",
+               client_text(source), label, reason)
 
 
 # --------------------------------------------------------------------------- upstream
@@ -258,8 +269,9 @@ class Upstream:
         self.family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.label = _hostport(host, port)  # CoreDNS's `to` label: net.JoinHostPort
         self.metrics = metrics
+        # What a UDP reply's source must be, spelled as recvfrom spells addresses (inet_ntop).
+        self.peer = (socket.inet_ntop(self.family, socket.inet_pton(self.family, host)), port)
         self.fails = 0
-        self.channels: list[UdpChannel] = []
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
         self.prober: asyncio.Task | None = None
 
@@ -269,67 +281,66 @@ class Upstream:
 
     # ----------------------------------------------------------------- exchanges
 
-    async def exchange(self, q: Query, tcp: bool, timeout: float) -> bytes:
+    async def exchange(self, q: Query, tcp: bool, timeout: float, exact: bool = False) -> bytes:
         """The upstream's reply to `q` (ID as we sent it); UDP first unless the client used TCP.
+
+        `exact` (dns-0x20): the name goes out with its letters' case chosen at
+        random and the reply must echo that spelling exactly. Either way the
+        reply comes back with the client's own spelling in its question.
 
         A truncated UDP reply is fetched again over TCP when the client's own
         buffer is larger than 512 bytes: the upstream may have cut at its own
         limit (Knot, BIND: 1232) below the client's. A client without EDNS
         gets the TC reply as is, since the full answer could not fit anyway.
         """
-        question = q.raw[12 : q.qend].lower()
+        raw = q.raw
+        name_end = q.qend - 4
+        if exact:
+            raw = raw[:12] + mix_case(raw[12:name_end]) + raw[name_end:]
+        question = raw[12 : q.qend]
         reusable = q.qtype not in (AXFR, IXFR)  # a transfer may leave more messages on the stream
         if tcp:
-            return await self.tcp(q.raw, question, timeout, reusable)
-        deadline = time.monotonic() + timeout
-        reply = await self.udp(q.raw, question, timeout)
-        if reply[2] & (TC >> 8) and q.edns and q.udp_size > MAX_UDP:
-            try:
-                return await self.tcp(q.raw, question, deadline - time.monotonic(), reusable)
-            except UpstreamError as exc:
-                log.debug("%s: TCP retry of a truncated reply failed (%s); passing the truncated one on", self.label, exc)
+            reply = await self.tcp(raw, question, timeout, reusable, exact)
+        else:
+            deadline = time.monotonic() + timeout
+            reply = await self.udp(raw, question, timeout, exact)
+            if reply[2] & (TC >> 8) and q.edns and q.udp_size > MAX_UDP:
+                try:
+                    reply = await self.tcp(raw, question, deadline - time.monotonic(), reusable, exact)
+                except UpstreamError as exc:
+                    log.debug("%s: TCP retry of a truncated reply failed (%s); passing the truncated one on", self.label, exc)
+        if reply[12:name_end] != q.raw[12:name_end]:
+            # Checked equal but for case (dns-0x20, or an upstream that folds case): the client's spelling
+            # goes back, as it sent it. Same length, so every compression pointer still holds.
+            reply = reply[:12] + q.raw[12:name_end] + reply[name_end:]
         return reply
 
-    async def udp(self, raw: bytes, question: bytes, timeout: float) -> bytes:
-        channel = self._channel()
-        qid, future = channel.send(raw, question)
+    async def udp(self, raw: bytes, question: bytes, timeout: float, exact: bool = False) -> bytes:
+        """Send `raw` (ID replaced) from a fresh socket; the accepted reply, ID as we sent it."""
         try:
-            async with asyncio.timeout(timeout):
-                return await future
-        except TimeoutError:
-            raise UpstreamError(f"no reply over UDP within {timeout:.3g}s") from None
-        finally:
-            channel.forget(qid)
-
-    def _channel(self) -> UdpChannel:
-        for channel in self.channels:
-            if len(channel.pending) < CHANNEL_CAP:
-                return channel
-        try:
-            channel = UdpChannel(self.addr, self.family)
-        except OSError as exc:
+            query = UdpQuery(self, raw, question, exact)
+        except OSError as exc:  # EMFILE, ENOBUFS, no route
             raise UpstreamError(_oserror(exc)) from None
-        self.channels.append(channel)
-        return channel
+        return await query.reply(timeout)
 
-    async def tcp(self, raw: bytes, question: bytes, timeout: float, reusable: bool = True) -> bytes:
+    async def tcp(self, raw: bytes, question: bytes, timeout: float, reusable: bool = True, exact: bool = False) -> bytes:
         if timeout <= 0:
             raise UpstreamError("no time left for TCP")
         qid = _ids.getrandbits(16)
         message = U16.pack(len(raw)) + U16.pack(qid) + raw[2:]
         try:
             async with asyncio.timeout(timeout):
-                return await self._tcp_exchange(message, qid, question, reusable)
+                return await self._tcp_exchange(message, qid, question, reusable, exact)
         except TimeoutError:
             raise UpstreamError(f"no reply over TCP within {timeout:.3g}s") from None
 
-    async def _tcp_exchange(self, message: bytes, qid: int, question: bytes, reusable: bool) -> bytes:
+    async def _tcp_exchange(self, message: bytes, qid: int, question: bytes, reusable: bool, exact: bool) -> bytes:
         while True:
             reader, writer, reused = await self._connection()
             try:
                 writer.write(message)
                 await writer.drain()
-                reply = await _read_reply(reader, qid, question)
+                reply = await self._read_reply(reader, qid, question, exact)
             except (OSError, asyncio.IncompleteReadError, UpstreamError) as exc:
                 writer.close()
                 if reused:
@@ -343,6 +354,17 @@ class Upstream:
             else:
                 writer.close()
             return reply
+
+    async def _read_reply(self, reader: asyncio.StreamReader, qid: int, question: bytes, exact: bool) -> bytes:
+        """The next length-prefixed message on the stream that answers our query (the same checks as UDP)."""
+        for _ in range(MAX_STRAY):
+            (length,) = U16.unpack(await reader.readexactly(2))
+            data = await reader.readexactly(length)
+            reason, reply = check_reply(data, qid, question, exact)
+            if reason is None:
+                return reply
+            _mismatch(self.metrics, self.label, reason, self.addr)
+        raise UpstreamError("no matching reply on the TCP connection")
 
     async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
         now = time.monotonic()
@@ -397,23 +419,9 @@ class Upstream:
     def close(self) -> None:
         if self.prober is not None:
             self.prober.cancel()
-        for channel in self.channels:
-            channel.close()
-        self.channels.clear()
         for _, writer, _ in self.idle:
             writer.close()
         self.idle.clear()
-
-
-async def _read_reply(reader: asyncio.StreamReader, qid: int, question: bytes) -> bytes:
-    """The next length-prefixed message on the stream carrying our ID and question."""
-    for _ in range(MAX_STRAY):
-        (length,) = U16.unpack(await reader.readexactly(2))
-        data = await reader.readexactly(length)
-        if len(data) >= 12 and (data[0] << 8) | data[1] == qid and data[2] & 0x80:
-            if data[4:6] == b"\x00\x00" or data[12 : 12 + len(question)].lower() == question:
-                return data
-    raise UpstreamError("no matching reply on the TCP connection")
 
 
 def _oserror(exc: BaseException) -> str:
@@ -437,6 +445,7 @@ class Forwarder:
         self.timeout = config.upstream_timeout
         self.policy = config.upstream_policy
         self.max_concurrent = config.max_concurrent
+        self.exact = config.forward_0x20
         self.metrics = metrics
         self.inflight = 0
         self._next = 0  # round_robin position
@@ -444,9 +453,9 @@ class Forwarder:
     async def start(self, config: Config, listen: list[tuple[str, int]]) -> None:
         """Refuse to run as our own upstream (checked before any listener opens)."""
         check_loops([u.addr for u in self.upstreams], list(listen))
-        log.info("forwarding names outside %s to %s (policy %s, timeout %.3gs, max %d in flight)",
+        log.info("forwarding names outside %s to %s (policy %s, timeout %.3gs, max %d in flight%s)",
                  ", ".join(config.zones), ", ".join(u.label for u in self.upstreams),
-                 self.policy, self.timeout, self.max_concurrent)
+                 self.policy, self.timeout, self.max_concurrent, ", dns-0x20" if self.exact else "")
 
     async def forward(self, q: Query, tcp: bool) -> bytes:
         """The reply for the client: the upstream's (client's ID), or our SERVFAIL/REFUSED."""
@@ -470,7 +479,7 @@ class Forwarder:
             started = time.perf_counter()
             try:
                 # Split what is left among the upstreams still to try: a silent one cannot eat it all.
-                reply = await upstream.exchange(q, tcp, left / (len(order) - i))
+                reply = await upstream.exchange(q, tcp, left / (len(order) - i), self.exact)
             except UpstreamError as exc:
                 reason = f"{upstream.label}: {exc}"
                 upstream.failed(str(exc))

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from . import __version__
 from .querylog import client_text, errors
+from .replycheck import REASONS as MISMATCH_REASONS
 from .transport import server_label
 from .wire import Query
 
@@ -210,6 +211,7 @@ class Metrics(Collector):
         self.healthcheck_failures: dict[str, int] = defaultdict(int)  # to -> failed probes
         self.healthcheck_broken = 0
         self.max_concurrent_rejects = 0
+        self.mismatched: dict[str, int] = dict.fromkeys(MISMATCH_REASONS, 0)  # upstream replies dropped, by reason
         self.panics = Counter("coredns_panics_total", "A metrics that counts the number of panics.", registry=registry)
         self.programming = Histogram(
             "coredns_kubernetes_dns_programming_duration_seconds",
@@ -321,6 +323,10 @@ class Metrics(Collector):
         if hist is None:
             hist = self.proxy_duration[key] = _Hist(PROXY_BUCKETS)
         hist.observe(seconds)
+
+    def mismatched_reply(self, reason: str) -> None:
+        """An upstream socket got a reply that does not answer the query (RFC 5452): dropped."""
+        self.mismatched[reason] = self.mismatched.get(reason, 0) + 1
 
     def healthcheck_failed(self, to: str) -> None:
         self.healthcheck_failures[to] += 1
@@ -445,6 +451,12 @@ class Metrics(Collector):
             inflight = GaugeMetricFamily("mcsdns_forward_inflight", "Forwarded queries waiting for an upstream.")
             inflight.add_metric([], forwarder.inflight)
             yield inflight
+            mismatched = CounterMetricFamily("mcsdns_forward_mismatched_replies",
+                                             "Upstream replies dropped because they do not answer the query sent, by reason.",
+                                             labels=["reason"])
+            for reason, n in self.mismatched.items():
+                mismatched.add_metric([reason], n)
+            yield mismatched
 
     def _collect_mcsdns(self) -> Iterable:
         dropped = CounterMetricFamily("mcsdns_dropped_packets", "Packets dropped without a reply (no readable header, or a response).")

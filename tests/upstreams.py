@@ -3,9 +3,10 @@
 `Knot` runs `knotd` on a loopback port with a zone the test writes. `Fake`
 is a UDP+TCP server in a thread that answers every A query with a fixed
 address after an optional delay, or swallows queries, and records what it
-received byte for byte. `Mcsdns` is the shared `serverproc.Server` with a
-readiness probe inside the zone, so a server whose upstreams are dead still
-counts as started.
+received byte for byte (and, over UDP, from where). `Hostile` is a Fake that
+sends forged replies before each true one. `Mcsdns` is the shared
+`serverproc.Server` with a readiness probe inside the zone, so a server whose
+upstreams are dead still counts as started.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ import time
 from pathlib import Path
 
 import dns.message
+import dns.name
 import dns.query
 import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
 import dns.rrset
 
 from serverproc import Server, free_port
@@ -99,17 +103,22 @@ class Fake:
     """A UDP and TCP upstream in a thread: answers A queries with `address` after `delay`, or swallows them.
 
     `queries` holds every message received (raw bytes), so tests can compare
-    what the client sent with what reached the upstream; `tcp_connections`
-    counts accepted TCP connections. `mode` may be changed
-    while it runs ("answer" or "swallow").
+    what the client sent with what reached the upstream; `sources` the
+    (address, port) each UDP one came from; `tcp_connections` counts accepted
+    TCP connections. `mode` may be changed while it runs ("answer" or
+    "swallow"). `lowercase` answers with the question name lower-cased, as
+    upstreams that do not preserve case do (dns-0x20 cannot work with them).
     """
 
-    def __init__(self, address: str = "198.51.100.7", delay: float = 0.0, mode: str = "answer") -> None:
+    def __init__(self, address: str = "198.51.100.7", delay: float = 0.0, mode: str = "answer",
+                 lowercase: bool = False) -> None:
         self.address = address
         self.delay = delay
         self.mode = mode
+        self.lowercase = lowercase
         self.port = free_port()
         self.queries: list[bytes] = []
+        self.sources: list[tuple[str, int]] = []
         self.tcp_connections = 0
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.bind(("127.0.0.1", self.port))
@@ -130,7 +139,15 @@ class Fake:
         response = dns.message.make_response(query)
         if query.question[0].rdtype == 1:
             response.answer.append(dns.rrset.from_text(query.question[0].name, 60, "IN", "A", self.address))
-        return response.to_wire()
+        wire = response.to_wire()
+        if self.lowercase:
+            end = wire.index(b"\x00", 12) + 1  # the question name (not compressed: it comes first)
+            wire = wire[:12] + wire[12:end].lower() + wire[end:]
+        return wire
+
+    def tcp_replies(self, data: bytes) -> list[bytes]:
+        """What to write back on a TCP connection for the query `data`, in order."""
+        return [self.reply(data)]
 
     def _serve_udp(self) -> None:
         self.udp.settimeout(0.1)
@@ -140,7 +157,10 @@ class Fake:
             except (TimeoutError, OSError):
                 continue
             self.queries.append(data)
+            self.sources.append(addr)
             if self.mode == "swallow":
+                continue
+            if not self.before_reply(data, addr):
                 continue
             reply = self.reply(data)
             if self.delay:
@@ -149,6 +169,10 @@ class Fake:
                 timer.start()
             else:
                 self._send(reply, addr)
+
+    def before_reply(self, data: bytes, addr) -> bool:
+        """Called before each UDP reply is sent (or scheduled); False: send none. Hostile forges here."""
+        return True
 
     def _send(self, reply: bytes, addr) -> None:
         try:
@@ -180,8 +204,7 @@ class Fake:
                         continue
                     if self.delay:
                         time.sleep(self.delay)
-                    reply = self.reply(data)
-                    conn.sendall(struct.pack(">H", len(reply)) + reply)
+                    conn.sendall(b"".join(struct.pack(">H", len(m)) + m for m in self.tcp_replies(data)))
             except OSError:
                 return
 
@@ -196,6 +219,73 @@ class Fake:
             t.join(2)
         self.udp.close()
         self.tcp.close()
+
+
+FORGED = "203.0.113.66"  # the address every forged reply carries
+
+
+class Hostile(Fake):
+    """An upstream that answers each query first with forgeries, then (after `delay`) with the truth.
+
+    Each forgery carries the forged address: one without a question, one for
+    another name, one for another type, one for another class, one with
+    another ID (all from the upstream's own address and port), and over UDP
+    one from another loopback address (127.0.0.2, same port) that is right in
+    every other way. Over TCP the forgeries come first on the connection.
+    FORGERIES names them by the reason mcsdns counts them under. With
+    `truth=False` only the forgeries are sent.
+    """
+
+    FORGERIES = ("no_question", "name", "type", "class", "id")
+    OTHER_SOURCE = "127.0.0.2"
+
+    def __init__(self, delay: float = 0.05, truth: bool = True) -> None:
+        super().__init__(delay=delay)
+        self.truth = truth
+        self.other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.other.bind((self.OTHER_SOURCE, self.port))
+
+    def forgeries(self, data: bytes) -> list[bytes]:
+        query = dns.message.from_wire(data)
+        q = query.question[0]
+        out = []
+        for kind in self.FORGERIES:
+            name, rdtype, rdclass, qid = q.name, q.rdtype, q.rdclass, query.id
+            if kind == "name":
+                name = dns.name.from_text("forged.example.net.")
+            elif kind == "type":
+                rdtype = dns.rdatatype.AAAA if rdtype != dns.rdatatype.AAAA else dns.rdatatype.A
+            elif kind == "class":
+                rdclass = dns.rdataclass.CH
+            elif kind == "id":
+                qid = (qid + 1) % 65536
+            forged = dns.message.make_query(name, rdtype, rdclass)
+            forged.id = qid
+            response = dns.message.make_response(forged)
+            response.answer.append(dns.rrset.from_text(q.name, 60, "IN", "A", FORGED))
+            if kind == "no_question":
+                response.question = []
+            out.append(response.to_wire())
+        return out
+
+    def before_reply(self, data: bytes, addr) -> bool:
+        for forged in self.forgeries(data):
+            self._send(forged, addr)
+        query = dns.message.from_wire(data)
+        exact = dns.message.make_response(query)  # right ID, question and port: only the address is wrong
+        exact.answer.append(dns.rrset.from_text(query.question[0].name, 60, "IN", "A", FORGED))
+        try:
+            self.other.sendto(exact.to_wire(), addr)
+        except OSError:
+            pass
+        return self.truth
+
+    def tcp_replies(self, data: bytes) -> list[bytes]:
+        return self.forgeries(data) + ([self.reply(data)] if self.truth else [])
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        self.other.close()
 
 
 def dead_port() -> str:
