@@ -8,6 +8,10 @@
   API server stops forwarding on the open connections, keeping them open):
   the periodic resync (--resync 3s) heals it within its period plus the
   watchdog's slack.
+* A list caught in flight by a stall (the proxy forwards the first 64 KB of
+  the answer, then nothing, keeping the connection open): the list is given up
+  after LIST_TIMEOUT without a byte and retried on a new connection, so it
+  heals within that plus the first backoff, not the 30 s read timeout.
 * A slow API server (the proxy delays every byte it returns): readiness holds,
   answers follow the API, only later.
 * mcsdns SIGKILLed and restarted while the API changes: it starts, syncs and
@@ -29,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
+from mcsdns.sources.kubeapi import LIST_TIMEOUT
 from mcsdns.sources.watching import STREAM_SLACK
 from testbed import ApiError, Testbed
 
@@ -175,8 +180,11 @@ class Proxy:
 
     `stall()`: every connection open now stops delivering the server's bytes
     to mcsdns (nothing is closed, nothing errors: a watch goes silent); new
-    connections work. `delay`: every chunk from the server is delivered that
-    many seconds after it arrived (a slow API server, not a throttled one).
+    connections work. `stall_big_answers(after, count)`: the next `count`
+    connections that deliver more than `after` bytes from then on stop there
+    (an answer cut off mid-body, the connection kept open). `delay`: every
+    chunk from the server is delivered that many seconds after it arrived (a
+    slow API server, not a throttled one).
     """
 
     def __init__(self, target_port: int, delay: float = 0.0) -> None:
@@ -188,6 +196,26 @@ class Proxy:
         self._pairs: list[dict] = []
         self._lock = threading.Lock()
         self.connections = 0
+        self._big: list[int] = [0, 0]  # [bytes after which to stall, connections left to stall]
+        self.big_stalled = threading.Event()
+        self.big_stalled_at = 0.0
+
+    def stall_big_answers(self, after: int, count: int = 1) -> None:
+        with self._lock:
+            self._big = [after, count]
+            for pair in self._pairs:
+                pair["since_armed"] = 0
+
+    def _count(self, pair: dict, size: int) -> None:
+        """Bytes delivered to mcsdns; stall the connection once an armed threshold is passed."""
+        with self._lock:
+            after, left = self._big
+            pair["since_armed"] = pair.get("since_armed", 0) + size
+            if left and pair["since_armed"] >= after:
+                self._big[1] -= 1
+                pair["stalled"] = True
+                self.big_stalled_at = time.monotonic()
+                self.big_stalled.set()
 
     def stall(self) -> int:
         with self._lock:
@@ -238,6 +266,8 @@ class Proxy:
                         delayed.append((time.monotonic() + self.delay, data))
                     else:
                         dst.sendall(data)
+                        if src is upstream:
+                            self._count(pair, len(data))
                 now = time.monotonic()
                 while delayed and delayed[0][0] <= now and not pair["stalled"]:
                     client.sendall(delayed.pop(0)[1])
@@ -299,6 +329,47 @@ def test_a_silently_stalled_watch_is_healed_by_the_resync(testbed: Testbed, fres
             assert "watch stream stalled" in server.log(), "the watchdog did not report the stall"
             testbed.patch(SI_API, "ServiceImport", ns, "vip", {"spec": {"ips": ["10.8.101.1"]}})
             server.wait_answer(fqdn("vip", ns), "A", a("10.8.101.1"), timeout=bound)
+
+
+def test_a_list_stalled_in_flight_is_given_up_and_retried_on_a_new_connection(
+        testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    seed(testbed, ns)
+    for i in range(50):  # ~4 KB each: the ServiceImport list is ~200 KB, the only answer over 64 KB here
+        imp = service_import(ns, f"fat{i}", [f"10.7.0.{i + 1}"])
+        imp["metadata"]["annotations"] = {"example.com/padding": "x" * 4000}
+        testbed.create(imp)
+    resync = 3.0
+    with Proxy(testbed.apiserver_port) as proxy:
+        kubeconfig = proxy.kubeconfig(testbed.kubeconfig_path, tmp_path / "kubeconfig-proxy", testbed.apiserver_port)
+        with McsDns(kubeconfig, tmp_path / "mcsdns.log", "--resync", f"{resync:g}s") as server:
+            server.wait_until_ready()
+            converge(server, testbed, ns, timeout=30)
+            proxy.stall_big_answers(64 * 1024)  # the next relist of ServiceImports stops mid-answer
+            assert proxy.big_stalled.wait(resync + 10), f"no relist came through the proxy\n{server.tail()}"
+            stalled_at = proxy.big_stalled_at
+            # While the list hangs, the ServiceImport watch is not running: this change needs the list to finish.
+            testbed.patch(SI_API, "ServiceImport", ns, "vip", {"spec": {"ips": ["10.8.102.1"]}})
+            ready = []
+
+            def healed() -> bool:
+                ready.append(server.ready()[0])
+                return server.answer(fqdn("vip", ns)) == a("10.8.102.1")
+
+            eventually(healed, timeout=60, interval=0.1, what=lambda: f"the stalled list healed\n{server.tail()}")
+            took = time.monotonic() - stalled_at
+            # The list is given up LIST_TIMEOUT after its last byte, then retried after the first backoff (0.6 s at
+            # most) on a new connection; the last 4 s: the relist and the watch it starts, and this poll, on a busy
+            # machine. Without the list's own limit this took the 30 s read timeout.
+            bound = LIST_TIMEOUT + 4
+            print(f"\nServiceImport list stalled mid-answer; the change was served {took:.1f}s later (list timeout "
+                  f"{LIST_TIMEOUT:g}s, bound {bound:g}s, --resync {resync:g}s); /ready meanwhile: {sorted(set(ready))}")
+            assert took < bound, f"a list stalled in flight took {took:.1f}s to heal"
+            assert took < resync + STREAM_SLACK + 4, "slower than a stalled watch heals"
+            assert set(ready) == {200}
+            assert "timed out" in server.log(), "the stalled list did not fail as a timeout"
+            assert server.answer(fqdn("fat49", ns)) == a("10.7.0.50")
 
 
 def test_a_slow_api_server(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
