@@ -15,7 +15,8 @@
 * A slow API server (the proxy delays every byte it returns): readiness holds,
   answers follow the API, only later.
 * mcsdns SIGKILLed and restarted while the API changes: it starts, syncs and
-  answers the current state.
+  answers the current state; and once more under a query load, timing the
+  restart to its first correct answer.
 
 Complements tests/test_kube_outage.py (a 20 s graceful outage) and
 tests/test_kube_gone.py (410 after compaction, no concurrent writes).
@@ -23,9 +24,12 @@ tests/test_kube_gone.py (410 after compaction, no concurrent writes).
 
 from __future__ import annotations
 
+import json
 import random
 import selectors
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -35,6 +39,7 @@ import pytest
 from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.sources.kubeapi import LIST_TIMEOUT
 from mcsdns.sources.watching import STREAM_SLACK
+from serverproc import ROOT
 from testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
@@ -429,3 +434,60 @@ def test_mcsdns_sigkilled_and_restarted_while_the_api_changes(testbed: Testbed, 
         print(f"\nrestarted after SIGKILL and ready in {', '.join(f'{t:.1f}s' for t in figures)}; converged {took:.1f}s after the last write")
     finally:
         server.stop()
+
+
+def test_mcsdns_sigkilled_under_load_answers_correctly_again_soon(testbed: Testbed, fresh_namespace: str,
+                                                                  tmp_path: Path) -> None:
+    """SIGKILL while a flood of 20 000 packets/s (valid queries, random names, garbage) keeps coming; a new process
+    is started at once. A prober asks every 10 ms: how long from the kill to the first correct answer, and no
+    answer in between is wrong (before its sync the new process may only say SERVFAIL)."""
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    seed(testbed, ns)
+    name = fqdn("still", ns)
+    server = McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns-0.log")
+    server.start(tmp_path / "mcsdns-0.log", timeout=40)
+    answers_seen: list[tuple[float, tuple[str, list[str]]]] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.wait(0.01):
+            try:
+                answers_seen.append((time.monotonic(), server.answer(name)))
+            except Exception:  # noqa: BLE001 - no reply (the server is down): not an answer
+                pass
+
+    prober = threading.Thread(target=probe, daemon=True)
+    try:
+        server.wait_until_ready()
+        flood = subprocess.Popen([sys.executable, str(ROOT / "tools" / "soak.py"), "flood", f"127.0.0.1:{server.dns_port}",
+                                  "--seconds", "25", "--processes", "1", "--rate", "20000"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        prober.start()
+        figures = []
+        try:
+            for restart in range(1, 4):
+                time.sleep(2.0)
+                assert answers_seen and answers_seen[-1][1] == a("10.8.255.1"), f"not answering under load: {answers_seen[-1:]}"
+                server.proc.kill()
+                killed = time.monotonic()
+                server.proc.wait()
+                server._log.close()
+                server.start(tmp_path / f"mcsdns-{restart}.log", timeout=40)
+                eventually(lambda: any(t > killed and v == a("10.8.255.1") for t, v in answers_seen), timeout=30,
+                           what=lambda: f"a correct answer after the restart\n{server.tail()}")
+                first = min(t for t, v in answers_seen if t > killed and v == a("10.8.255.1"))
+                figures.append(first - killed)
+        finally:
+            flood.wait(60)
+        sent = json.loads(flood.stdout.read().strip().splitlines()[-1])
+    finally:
+        stop.set()
+        prober.join(5)
+        server.stop()
+    others = {v[0] if v[0] != "NOERROR" else str(v) for _, v in answers_seen if v != a("10.8.255.1")}
+    print(f"\nunder a flood of {(sent['sent'] + sent['send_errors']) / sent['seconds']:.0f} packets/s: SIGKILL -> first correct answer of the new process in "
+          f"{', '.join(f'{t:.2f}s' for t in figures)}; {len(answers_seen)} answers, other than correct: {others or 'none'}")
+    # A connected UDP socket reports the dead server's ICMP port-unreachable as a send error: still sent at the rate.
+    assert (sent["sent"] + sent["send_errors"]) / sent["seconds"] >= 0.97 * 20000, f"the load was not there: {sent}"
+    assert others <= {"SERVFAIL"}, f"a wrong answer around the restart: {others}"
+    assert max(figures) < 10, "the restart took too long to answer correctly"
