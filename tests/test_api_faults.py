@@ -16,6 +16,9 @@
   flight (the proxy sees its answer pass 64 KB), then restarted: the list cut
   short removes nothing, every import keeps answering, and the watch follows
   the API again.
+* etcd compacted again and again while the watches are open, objects
+  changing and mcsdns relisting every 2 s (a relist reads etcd, a watch the
+  API server's cache): answers keep following the API, never a wrong one.
 * A slow API server (the proxy delays every byte it returns): readiness holds,
   answers follow the API, only later.
 * mcsdns SIGKILLed and restarted while the API changes: it starts, syncs and
@@ -425,6 +428,33 @@ def test_apiserver_killed_during_a_relist_of_10k_imports(testbed: Testbed, fresh
             assert ready == 200
             assert after == expected, "an import was lost across the restart"
             assert "Traceback" not in server.log()
+
+
+def test_etcd_compacted_during_the_watch(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    seed(testbed, ns)
+    names = [fqdn("vip", ns), fqdn("web", ns), fqdn("still", ns)]
+    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--resync", "2s") as server:
+        server.wait_until_ready()
+        seen = []
+        with Writer(testbed, ns) as writer:
+            until = time.monotonic() + 8
+            compactions = 0
+            while time.monotonic() < until:
+                testbed.compact_etcd(restart_apiserver=False)
+                compactions += 1
+                for _ in range(5):
+                    seen.append(answers(server, names))
+                    time.sleep(0.1)
+        took = converge(server, testbed, ns, timeout=30)
+        wrong = [(n, v) for d in seen for n, v in d.items() if v not in writer.history.get(n, [a("10.8.255.1")])]
+        relists = server.metric("mcsdns_relists_total", resource="serviceimports") or 0
+        print(f"\n{compactions} compactions in 8 s under {writer.ok} writes ({writer.failed} failed), {relists:.0f} relists: "
+              f"{len(seen)} answer sets checked, {len(wrong)} not a value of the API; converged {took:.1f}s after the last write")
+        assert not wrong, f"answers that were never the API's: {wrong[:5]}"
+        assert relists >= 3 and writer.ok > 40
+        assert "Traceback" not in server.log()
 
 
 def test_a_slow_api_server(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
