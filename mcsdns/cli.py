@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--startup-timeout", metavar="DURATION", type=_seconds, default=5.0,
                      help="how long to wait for the initial sync before answering at all (CoreDNS `startup_timeout`; default 5s)")
     src.add_argument("--delete-grace", metavar="DURATION", type=_seconds, default=0.0,
-                     help="keep answering for a deleted ServiceImport this long, so one deleted and re-created within it "
+                     help="Kubernetes API source: keep answering for a deleted ServiceImport this long, so one deleted and re-created within it "
                      "never answers NXDOMAIN (0..60s; default 0: removed at once, as CoreDNS does)")
     dns = s.add_argument_group("DNS")
     dns.add_argument("--listen", metavar="HOST:PORT", action="append", type=_hostport(53), default=[],

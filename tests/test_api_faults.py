@@ -387,11 +387,22 @@ def test_a_list_stalled_in_flight_is_given_up_and_retried_on_a_new_connection(
             assert server.answer(fqdn("fat49", ns)) == a("10.7.0.50")
 
 
-def test_apiserver_killed_during_a_relist_of_10k_imports(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
+def test_apiserver_killed_during_a_relist_of_10k_imports(testbed: Testbed, fresh_namespace: str, tmp_path: Path,
+                                                          request: pytest.FixtureRequest) -> None:
     from benchmarks.apiload import create_all  # the suite's fast bulk writer (python -m pytest runs from the root)
 
     ensure_crd(testbed)
     ns = fresh_namespace
+
+    def delete_imports() -> None:  # 10 000 deletes take the API server longer than the fixture's 30 s client
+        timeout, testbed.api.timeout = testbed.api.timeout, 300.0
+        try:
+            if testbed.apiserver is not None and testbed.apiserver.running():
+                testbed.api.request("DELETE", f"/apis/{SI_API}/namespaces/{ns}/serviceimports")
+        finally:
+            testbed.api.timeout = timeout
+
+    request.addfinalizer(delete_imports)  # runs before fresh_namespace's own cleanup
     seed(testbed, ns)
     count = 10_000
     ip = lambda i: f"10.{100 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}"  # noqa: E731
