@@ -7,7 +7,6 @@ pinned server core belongs to the server under test alone.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import platform
@@ -27,7 +26,7 @@ from typing import Any
 import dns.message
 import dns.rcode
 
-from . import apiload, dataset, load, procstat, queries
+from . import apiload, dataset, load, procstat, provenance, queries
 from .dataset import ES_API, MCS_API, Spec
 from .servers import CoreDns, Knot, Mcsdns, Server
 
@@ -103,24 +102,13 @@ def _version(argv: list[str]) -> str:
 
 
 def environment(opts: Options, coredns_bin: Path | None) -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "mcsdns"], capture_output=True, text=True,
-                                    cwd=Path(__file__).parent, timeout=10).stdout.strip())
-    except (OSError, subprocess.TimeoutExpired):
-        commit, dirty = "?", False
-    try:
-        load1 = os.getloadavg()[0]
-    except OSError:
-        load1 = -1.0
     return {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": provenance.now(),
         "command": " ".join(["python -m benchmarks", *sys.argv[1:]]) if sys.argv[0].endswith("__main__.py") else " ".join(sys.argv),
-        "commit": commit + ("+dirty" if dirty else ""),
+        "commit": provenance.commit(),
         "cpus": os.cpu_count(),
-        "cpu_model": _cpu_model(),
-        "loadavg_at_start": round(load1, 2),
+        "cpu_model": provenance.cpu_model(),
+        "loadavg_at_start": provenance.load_average(),
         "python": platform.python_version(),
         "dnsperf": _dnsperf_version(),
         "knotd": _version([shutil.which("knotd") or "knotd", "--version"]),
@@ -139,16 +127,6 @@ def _dnsperf_version() -> str:
         if line.startswith("Version"):
             return "dnsperf " + line.split()[-1]
     return "dnsperf"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 # --------------------------------------------------------------------------- the run

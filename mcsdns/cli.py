@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="full relist period that heals any missed watch event (default 10m; 0 disables)")
     src.add_argument("--startup-timeout", metavar="DURATION", type=_seconds, default=5.0,
                      help="how long to wait for the initial sync before answering at all (CoreDNS `startup_timeout`; default 5s)")
+    src.add_argument("--delete-grace", metavar="DURATION", type=_seconds, default=0.0,
+                     help="Kubernetes API source: keep answering for a deleted ServiceImport this long, so one deleted and re-created within it "
+                     "never answers NXDOMAIN (0..60s; default 0: removed at once, as CoreDNS does)")
     dns = s.add_argument_group("DNS")
     dns.add_argument("--listen", metavar="HOST:PORT", action="append", type=_hostport(53), default=[],
                      help="address for DNS over UDP and TCP, [::1]:5353 for IPv6 (repeatable; default 127.0.0.1:5353)")
@@ -159,6 +162,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         labels=args.labels,
         resync=args.resync,
         startup_timeout=args.startup_timeout,
+        delete_grace=args.delete_grace,
         listen=tuple(args.listen) or (("127.0.0.1", 5353),),
         zones=tuple(dict.fromkeys(zones)),
         ttl=args.ttl,

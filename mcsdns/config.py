@@ -29,6 +29,7 @@ class Config:
     labels: str | None = None  # label selector ANDed onto the MCS slice selector (CoreDNS `labels`)
     resync: float = 600.0  # full relist period: heals any event a watch ever missed
     startup_timeout: float = 5.0  # CoreDNS default: wait this long for sync before answering at all
+    delete_grace: float = 0.0  # keep a deleted ServiceImport's answers this long (0: CoreDNS, at once); see kube.py
 
     # DNS.
     listen: tuple[tuple[str, int], ...] = (("127.0.0.1", 5353),)  # unprivileged, loopback: safe to try
@@ -76,6 +77,8 @@ class Config:
             raise ConfigError(f"--startup-timeout must be >= 0: {self.startup_timeout}")
         if self.resync < 0:
             raise ConfigError(f"--resync must be >= 0 (0 disables): {self.resync}")
+        if not 0 <= self.delete_grace <= 60:
+            raise ConfigError(f"--delete-grace must be in range [0, 60] seconds (0: off): {self.delete_grace}")
         if self.lameduck < 0 or self.lameduck > 300:
             raise ConfigError(f"--lameduck must be in range [0, 300] seconds: {self.lameduck}")
         if not 0 < self.upstream_timeout <= 60:

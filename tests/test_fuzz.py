@@ -1023,6 +1023,7 @@ def test_an_unreadable_file_names_the_error_and_keeps_the_last_good_objects(tmp_
     "args, message",
     [
         (["--resync", "-1"], "--resync must be >= 0 (0 disables): -1.0"),
+        (["--delete-grace", "61s"], "--delete-grace must be in range [0, 60] seconds (0: off): 61.0"),
         (["--lameduck", "400"], "--lameduck must be in range [0, 300] seconds: 400.0"),
         (["--upstream-timeout", "0"], "--upstream-timeout must be in range (0, 60] seconds: 0.0"),
         (["--max-concurrent", "0"], "--max-concurrent must be in range [1, 1000000]: 0"),

@@ -73,12 +73,16 @@ class FakeConn:
         self.watches: list[Any] = []
         self.log: list[tuple[str, str, dict]] = []
 
-    def get(self, path: str, query: dict | None = None, accept: str = kubeapi.JSON) -> dict:
+    def get(self, path: str, query: dict | None = None, accept: str = kubeapi.JSON,
+            timeout: float = kubeapi.REQUEST_TIMEOUT) -> dict:
         self.log.append(("GET", path, dict(query or {})))
         answer = self.gets[path].pop(0)
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+    def drop_idle(self) -> int:
+        return 0
 
     def open(self, path: str, query: dict, accept: str, read_timeout: float) -> FakeResponse:
         self.log.append(("WATCH", path, dict(query)))
@@ -241,7 +245,7 @@ def test_run_returns_promptly_when_stopped(monkeypatch: pytest.MonkeyPatch) -> N
     blocked = threading.Event()
 
     class Blocking(FakeConn):
-        def get(self, path, query=None, accept=kubeapi.JSON):
+        def get(self, path, query=None, accept=kubeapi.JSON, timeout=kubeapi.REQUEST_TIMEOUT):
             blocked.wait(5)  # a read that never answers (interrupt() cannot reach a fake)
             raise kubeapi.Unreachable("gone")
 
@@ -273,7 +277,9 @@ class StallingApi:
     """A real HTTP/1.1 server on localhost (urllib3 and the sockets are the real ones).
 
     Lists of Namespaces are answered (keep-alive) until `stall_lists`; after that the
-    server reads a request and never answers it, keeping the connection open. A watch
+    server reads a request and never answers it, keeping the connection open.
+    `stall_open_connections()`: the same, but only on the connections open now (a link
+    that stalled while they sat idle in the pool); new ones are answered. A watch
     sends its headers and `events`, then either ends at its timeoutSeconds (`healthy`)
     or stays open and silent (a stalled link). `stall_headers`: a watch gets nothing.
     """
@@ -284,6 +290,7 @@ class StallingApi:
         self.requests: list[str] = []
         self._stop = threading.Event()
         self._sockets: list[socket.socket] = []
+        self._stalled: set[socket.socket] = set()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(0.1)
         self.host = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
@@ -301,6 +308,9 @@ class StallingApi:
         configuration = Configuration()
         configuration.host = self.host
         return kubeapi.ApiConnection(configuration)
+
+    def stall_open_connections(self) -> None:
+        self._stalled.update(self._sockets)
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -326,7 +336,7 @@ class StallingApi:
                 if "watch" in query:
                     self._watch(sock, float(query["timeoutSeconds"][0]))
                     return
-                if self.stall_lists:
+                if self.stall_lists or sock in self._stalled:
                     self._stop.wait()
                     return
                 body = json.dumps({"metadata": {"resourceVersion": "1"}, "items": [{"metadata": {"name": "ns1"}}]})
@@ -418,14 +428,33 @@ def test_a_stalled_watch_is_healed_by_the_resync_within_the_period_plus_the_slac
         assert all(1.4 <= gap < 2.5 for gap in gaps), f"relists {gaps} apart with --resync 1s, slack 0.5s"
 
 
-def test_a_list_on_a_stalled_pooled_connection_fails_within_its_read_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kubeapi, "REQUEST_TIMEOUT", 0.5)
+def test_a_list_whose_answer_stalls_is_given_up_after_its_timeout_and_the_next_waits_twice_as_long() -> None:
     with StallingApi() as api:
-        conn = api.connection()
-        assert conn.get(NS.path("v1"))["items"]  # the connection goes back to the pool, open
+        watcher = Watcher(api.connection(), NS, threading.Event())
+        assert take(watcher.list(NS.path("v1")), 1)[0].objects  # one connection, back in the pool, open
         api.stall_lists = True
+        watcher.list_timeout = 0.5  # LIST_TIMEOUT, shortened
         started = time.monotonic()
-        with pytest.raises(kubeapi.Unreachable, match="timed out"):
-            conn.get(NS.path("v1"))  # the same connection: the request goes out, no answer comes back
+        with pytest.raises(kubeapi.TimedOut, match="timed out"):
+            list(watcher.list(NS.path("v1")))
         assert 0.45 <= time.monotonic() - started < 1.5
-        assert len(api._sockets) == 1, "the list did not reuse the pooled connection"
+        assert watcher.list_timeout == 1.0, "a busy API server gets a longer wait on the retry"
+        api.stall_lists = False
+        assert take(watcher.list(NS.path("v1")), 1)[0].objects
+        assert watcher.list_timeout == watching.LIST_TIMEOUT, "a complete list resets the limit"
+
+
+def test_a_relist_never_reuses_an_idle_pooled_connection() -> None:
+    """The link under idle keep-alive connections stalls: the next relist and watch open new ones at once."""
+    with StallingApi(healthy=True) as api:
+        conn = api.connection()
+        watcher = Watcher(conn, NS, threading.Event())
+        assert isinstance(take(watcher.list_then_watch(), 1)[0], Listed)
+        conn.get(NS.path("v1"))  # an idle connection in the pool (the watch's was dropped with it, or closed)
+        idle_before = len(api._sockets)
+        api.stall_open_connections()
+        started = time.monotonic()
+        events = take(watcher.list_then_watch(), 2)
+        assert [type(e) for e in events] == [Listed, Watching]
+        assert time.monotonic() - started < 0.5, "the relist waited on a stalled pooled connection"
+        assert len(api._sockets) > idle_before

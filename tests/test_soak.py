@@ -16,6 +16,7 @@ wrong answer is never tolerated.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -25,14 +26,18 @@ DURATION = 20
 
 
 def test_soak_short(tmp_path):
-    out = tmp_path / "soak.json"
+    out = tmp_path / "soak-manifests.json"
     result = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "soak.py"), "soak", "--duration", str(DURATION), "--rate-fraction", "0.3",
-         "--max-rate", "5000", "--measure-seconds", "2", "--search-steps", "1", "--step-seconds", "3", "--json", str(out)],
+         "--max-rate", "5000", "--measure-seconds", "2", "--search-steps", "1", "--step-seconds", "3", "--save", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=DURATION + 180,
     )  # fmt: skip
     print(result.stdout)
-    report = json.loads(out.read_text())
+    stored = json.loads(out.read_text())  # what --save stores under benchmarks/results/ for the README's figures
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", stored["date"]) and re.fullmatch(r"[0-9a-f]{7,}(\+dirty)?", stored["commit"])
+    assert stored["machine"]["cpus"] >= 1 and stored["machine"]["cpu_model"] and "loadavg_at_start" in stored["machine"]
+    assert stored["command"].startswith("python tools/soak.py soak --duration 20 ")
+    report = stored["report"]
     assert report["closed_loop"]["qps"] > 0 and report["closed_loop"]["wrong"] == 0, report["closed_loop"]
     search = report["search"]
     assert report["max_method"] == "open-loop search" and len(search["steps"]) == 1

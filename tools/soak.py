@@ -30,8 +30,9 @@ soak   The checker knows the expected state because it makes every change
        etcd + kube-apiserver testbed).
 
 flood  N processes send a packet mix (valid queries, random names and
-       types, garbage) as fast as they can to HOST:PORT, bounded by --seconds
-       and --max-packets; prints one JSON line with what was sent.
+       types, garbage) to HOST:PORT, as fast as they can or paced at --rate
+       packets per second in all, bounded by --seconds and --max-packets,
+       optionally pinned to --cpu; prints one JSON line with what was sent.
 
 Both run on loopback and need nothing but the repository's dependencies.
 """
@@ -59,8 +60,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the testbed (real etcd + kube-apiserver) and its process helpers
+sys.path.insert(0, str(ROOT))  # benchmarks.provenance: date, commit and machine of a stored result
 
+from benchmarks import provenance  # noqa: E402
 from testbed import ApiError, KubeClient, Testbed, free_port, stop_popen  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"  # --save: soak-manifests.json, soak-api.json
 
 ZONE = "clusterset.local"
 NAMESPACE = "soak"
@@ -956,31 +961,48 @@ def flood_packets(rng: random.Random, count: int) -> list[bytes]:
     return out
 
 
-def flood_worker(index: int, server: tuple[str, int], seconds: float, max_packets: int, results: Any) -> None:
+def flood_worker(index: int, server: tuple[str, int], seconds: float, max_packets: int, rate: float,
+                 cpu: int | None, results: Any) -> None:
+    """Send the mix for `seconds`: unpaced if `rate` is 0, else `rate` packets/s, in bursts of 256."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     rng = random.Random(1000 + index)
     packets = flood_packets(rng, 4096)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setblocking(False)
+    s.connect(server)  # a connected socket: send() skips the address lookup of sendto()
+    send = s.send
     sent = dropped = 0
     started = time.monotonic()
     end = started + seconds
     i = 0
-    while sent + dropped < max_packets and time.monotonic() < end:
+    while sent + dropped < max_packets and (now := time.monotonic()) < end:
+        if rate:
+            due = started + (sent + dropped) / rate  # the schedule: never ahead of it, never a burst to catch up
+            if due > now:
+                time.sleep(min(due - now, end - now))
+                continue
         for _ in range(256):
             try:
-                s.sendto(packets[i & 4095], server)
+                send(packets[i & 4095])
                 sent += 1
-            except (BlockingIOError, ConnectionRefusedError):
+            except OSError:  # a full send buffer, or a refusal reported by an earlier ICMP
                 dropped += 1
             i += 1
     results.put((sent, dropped, time.monotonic() - started))
 
 
-def flood(server: tuple[str, int], seconds: float, processes: int, max_packets: int) -> dict:
-    """`processes` senders for at most `seconds` and `max_packets` each; returns what was sent."""
+def flood(server: tuple[str, int], seconds: float, processes: int, max_packets: int, rate: float = 0.0,
+          cpu: int | None = None) -> dict:
+    """`processes` senders for at most `seconds` and `max_packets` each; returns what was sent.
+
+    `rate` (packets/s, all processes together; 0: as fast as they can) paces them;
+    `cpu` pins them to that CPU, so a test can keep them off the server's core.
+    """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=flood_worker, args=(i, server, seconds, max_packets, results), daemon=True) for i in range(processes)]
+    procs = [ctx.Process(target=flood_worker, args=(i, server, seconds, max_packets, rate / processes, cpu, results), daemon=True)
+             for i in range(processes)]  # fmt: skip
     for p in procs:
         p.start()
     sent = dropped = 0
@@ -990,7 +1012,8 @@ def flood(server: tuple[str, int], seconds: float, processes: int, max_packets: 
         sent, dropped, longest = sent + s, dropped + d, max(longest, t)
     for p in procs:
         p.join(5)
-    return {"sent": sent, "send_errors": dropped, "seconds": round(longest, 2), "pps": round(sent / max(longest, 1e-9))}
+    return {"sent": sent, "send_errors": dropped, "seconds": round(longest, 2), "pps": round(sent / max(longest, 1e-9)),
+            "target_pps": round(rate) or None}
 
 
 # =========================================================================== command line
@@ -1030,22 +1053,33 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--pid", type=int, help="its PID, for RSS")
     s.add_argument("--mcsdns-arg", action="append", help="extra flag for the mcsdns the checker starts (repeatable)")
     s.add_argument("--json", help="also write the report here")
+    s.add_argument("--save", nargs="?", const="", metavar="PATH",
+                   help="store the result with its date, commit, machine and command (default path: "
+                        "benchmarks/results/soak-manifests.json, or soak-api.json with --kubeconfig/--testbed)")
     f = sub.add_parser("flood", help="UDP flood, bounded in time and count")
     f.add_argument("server", help="HOST:PORT")
     f.add_argument("--seconds", type=float, default=3.0)
     f.add_argument("--processes", type=int, default=2)
     f.add_argument("--max-packets", type=int, default=2_000_000, help="per process")
+    f.add_argument("--rate", type=float, default=0.0, help="packets per second, all processes together (default: unpaced)")
+    f.add_argument("--cpu", type=int, help="pin the senders to this CPU")
     args = parser.parse_args(argv)
     if args.command == "flood":
         host, _, port = args.server.rpartition(":")
-        print(json.dumps(flood((host, int(port)), args.seconds, args.processes, args.max_packets)))
+        print(json.dumps(flood((host, int(port)), args.seconds, args.processes, args.max_packets, args.rate, args.cpu)))
         return 0
     if not args.allowed_delay:
         args.allowed_delay = 1.0 if (args.kubeconfig or args.testbed) else 3.0
+    started = {"date": provenance.now(), "commit": provenance.commit(), "machine": provenance.machine()}
     report = soak(args)
     print_report(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
+    if args.save is not None:
+        path = Path(args.save) if args.save else RESULTS / f"soak-{'api' if report['mode'] == 'api' else 'manifests'}.json"
+        command = "python tools/soak.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        path.write_text(json.dumps({**started, "command": command, "report": report}, indent=2) + "\n")
+        print(f"stored in {path}")
     wrong = report["wrong"] + report.get("search", {}).get("wrong", 0) + report.get("closed_loop", {}).get("wrong", 0)
     ok = wrong == 0 and report["lost_pct"] < 100 * LOSS_LIMIT
     return 0 if ok else 1

@@ -22,7 +22,9 @@ Failure policy, resource by resource:
   * listed once: an API outage never empties the table; answers come from
     the last known state while `mcsdns_watch_up` is 0;
   * an object DNS cannot represent is logged, counted and skipped, and its
-    last good version stays in service.
+    last good version stays in service;
+  * with --delete-grace, a deleted ServiceImport keeps its answers for that
+    long and a re-creation within it takes over without a gap (below).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ..config import Config
 from ..objects import EndpointSlice, Namespace, Object, ServiceImport, report_omitted
@@ -113,6 +115,8 @@ class KubeSource:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._crashed: BaseException | None = None
         self._crash = asyncio.Event()
+        # --delete-grace: ServiceImports deleted by the API but still served, with the timer that removes them.
+        self._pending_deletes: dict[Key, asyncio.TimerHandle] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -234,6 +238,7 @@ class KubeSource:
 
     def _page(self, state: ResourceState, event: ListedPage) -> None:
         """One page of a longer list: upsert it, striking its keys off; the end of the list sweeps."""
+        self._recreated(event.objects)
         if event.first:
             state.paging, state.listing = True, self.store.keys(state.resource.kind)
             state.listing_keep, state.listing_count = set(), 0
@@ -257,6 +262,7 @@ class KubeSource:
         keep = set(event.keep)
         count = len(event.objects)
         self._omitted(state, event.objects)
+        self._recreated(event.objects)
         if not state.paging:
             self.store.replace(kind, event.objects, event.keep)  # the whole list in one page
         else:
@@ -284,6 +290,7 @@ class KubeSource:
         obj = event.obj
         state.rejections.pop(("" if isinstance(obj, Namespace) else obj.namespace, obj.name), None)
         self._omitted(state, (obj,))
+        self._recreated((obj,))
         visible = self._changes_answers(obj)
         self.store.apply(obj)
         # Slices carrying the trigger-time annotation are measured by the table from that time.
@@ -292,9 +299,15 @@ class KubeSource:
 
     def _deleted(self, state: ResourceState, event: Deleted) -> None:
         kind = state.resource.kind
-        namespace, name = event.key
         state.rejections.pop(event.key, None)
         state.omissions.pop(event.key, None)
+        if kind == "ServiceImport" and self.config.delete_grace > 0 and event.key in self.store.imports:
+            self._defer_delete(event)
+        else:
+            self._delete(kind, event)
+
+    def _delete(self, kind: str, event: Deleted) -> None:
+        namespace, name = event.key
         old = self._current(kind, namespace, name)
         self.store.delete(kind, namespace, name)
         if old is not None:
@@ -312,6 +325,38 @@ class KubeSource:
                 report_omitted(f"{state.resource.kind} {key[0]}/{key[1]}", omitted, self.metrics.rejected)
             else:
                 state.omissions.pop(key, None)
+
+    # ----------------------------------------------------------------- --delete-grace (loop thread)
+
+    def _defer_delete(self, event: Deleted) -> None:
+        """Remove a deleted ServiceImport only once --delete-grace has passed without its re-creation.
+
+        An MCS controller that replaces an import (delete, then create: a conflict being
+        resolved, a migration) would otherwise make its name answer NXDOMAIN in between,
+        and clients cache that NXDOMAIN for the SOA's negative TTL. CoreDNS removes it at
+        once, so this is opt-in (project decision 13). A re-creation (a watch event or a
+        relist holding the key again) cancels the removal and its answers take over; a
+        relist that no longer holds it removes it at once.
+        """
+        assert self._loop is not None
+        pending = self._pending_deletes.pop(event.key, None)
+        if pending is not None:
+            pending.cancel()
+        self._pending_deletes[event.key] = self._loop.call_later(self.config.delete_grace, self._grace_over, event)
+
+    def _grace_over(self, event: Deleted) -> None:
+        if self._pending_deletes.pop(event.key, None) is not None and not self._stop.is_set():
+            self._delete("ServiceImport", event)
+
+    def _recreated(self, objects: Iterable[Object]) -> None:
+        """Cancel the pending removal of every ServiceImport among `objects` (they exist again)."""
+        if not self._pending_deletes:
+            return
+        for obj in objects:
+            if isinstance(obj, ServiceImport):
+                pending = self._pending_deletes.pop((obj.namespace, obj.name), None)
+                if pending is not None:
+                    pending.cancel()
 
     def _rejected(self, state: ResourceState, event: Rejected) -> None:
         if state.rejections.get(event.key) == event.message:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import re
 import socket
 import urllib.parse
@@ -35,10 +36,13 @@ METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.i
 METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
 
 CONNECT_TIMEOUT = 10.0  # a reachable API server accepts TCP+TLS far faster; beyond this it is down
-# Per read: the first byte of one list page (500 objects, however many the list holds) or of a
-# discovery document, then each next one. A busy API server may queue a request for up to 15 s
-# (priority and fairness) and ends any list at 60 s itself; beyond 30 s of silence the connection
-# (a pooled one that stalled while idle, say) is given up and the retry gets a new one.
+# List and discovery requests: how long one may stay silent (per read: the first byte of one
+# 500-object page or of a discovery document, then each next one). A healthy API server sends a
+# page in well under a second, so the first attempt gives up after LIST_TIMEOUT, on a link that
+# stalled: the retry opens a new connection. A busy API server may legitimately queue a request
+# for up to 15 s (priority and fairness), so each timed-out attempt doubles the next one's limit,
+# up to REQUEST_TIMEOUT (the watch resets it after a complete list).
+LIST_TIMEOUT = 5.0
 REQUEST_TIMEOUT = 30.0
 
 
@@ -62,6 +66,10 @@ class ApiError(Exception):
 
 class Unreachable(ApiError):
     """No usable answer: connection refused or reset, timeout, TLS failure, broken stream."""
+
+
+class TimedOut(Unreachable):
+    """Connected, but nothing arrived within the read timeout: a stalled link or a queued request."""
 
 
 class Unauthorized(ApiError):
@@ -165,6 +173,41 @@ class ApiConnection:
     def close(self) -> None:
         self.pool.clear()
 
+    def drop_idle(self) -> int:
+        """Close every idle pooled connection (in-use ones are untouched); returns how many.
+
+        An idle keep-alive connection can stall unnoticed (a proxy or NAT that stopped
+        forwarding keeps it open and silent; urllib3 only notices one the peer closed), and
+        the next request sent on it would wait for its read timeout. The watch calls this
+        before each list and each watch stream, and when it detected a stall, so those
+        requests start on a new connection. The pools stay open: a thread between two
+        pages just opens a new connection for its next one.
+        """
+        dropped = 0
+        pools = self.pool.pools
+        for key in list(pools.keys()):
+            try:
+                idle = getattr(pools[key], "pool", None)  # the pool's LIFO queue of connections (None: closed)
+            except KeyError:
+                continue
+            if idle is None:
+                continue
+            taken = []
+            while True:
+                try:
+                    taken.append(idle.get(block=False))
+                except queue.Empty:
+                    break
+            for conn in taken:
+                if conn is not None:
+                    conn.close()
+                    dropped += 1
+                try:
+                    idle.put(None, block=False)  # keep the pool's capacity: a slot for a new connection
+                except queue.Full:
+                    pass  # another thread returned a connection meanwhile
+        return dropped
+
     def _headers(self, accept: str) -> dict[str, str]:
         """Accept, User-Agent and the bearer token (refreshed by the library's hook, if any).
 
@@ -219,6 +262,8 @@ class ApiConnection:
                 retries=False,  # the watch owns retries and their backoff
                 timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=read_timeout),
             )
+        except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
+            raise TimedOut(f"{self.host}: {_describe(exc)}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unreachable(f"{self.host}: {_describe(exc)}") from exc
         if resp.status >= 300:
@@ -235,11 +280,14 @@ class ApiConnection:
             raise error_for(resp.status, body)
         return resp
 
-    def get(self, path: str, query: dict[str, Any] | None = None, accept: str = JSON) -> dict:
-        """One JSON document (a list page, a discovery document)."""
-        resp = self.open(path, query, accept, REQUEST_TIMEOUT)
+    def get(self, path: str, query: dict[str, Any] | None = None, accept: str = JSON,
+            timeout: float = REQUEST_TIMEOUT) -> dict:
+        """One JSON document (a list page, a discovery document); `timeout` bounds each silence."""
+        resp = self.open(path, query, accept, timeout)
         try:
             raw = resp.data
+        except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
+            raise TimedOut(f"{self.host}: {_describe(exc)}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unreachable(f"{self.host}: {_describe(exc)}") from exc
         finally:

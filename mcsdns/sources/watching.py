@@ -14,6 +14,11 @@ A stream is asked to end at its timeoutSeconds, which never runs past the next
 resync; one still open STREAM_SLACK later, with nothing read for as long, is
 stalled (the connection stays open and silent), so a watchdog cuts it then: a
 stall delays the relist that heals it by a few seconds, not by a read timeout.
+Every list and every stream starts on a new connection (the pool's idle ones,
+which may have stalled unnoticed, are dropped first, and again when a stall was
+detected), and a list or discovery request silent for LIST_TIMEOUT is given up
+and retried, so a stall that catches a list heals as fast as one that catches
+a watch.
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ from ..objects import (
 )
 from .kubeapi import (
     JSON,
+    LIST_TIMEOUT,
     METADATA_LIST,
     METADATA_WATCH,
+    REQUEST_TIMEOUT,
     ApiConnection,
     ApiError,
     Forbidden,
@@ -48,6 +55,7 @@ from .kubeapi import (
     NotInstalled,
     ServerError,
     Throttled,
+    TimedOut,
     Unauthorized,
     Unreachable,
     error_for,
@@ -295,6 +303,7 @@ class Watcher:
     backoff: Backoff = field(default_factory=Backoff)
     listed_at: float = float("-inf")  # time.monotonic() of the last complete list
     stream_slack: float = STREAM_SLACK
+    list_timeout: float = LIST_TIMEOUT  # silence allowed to the next list or discovery request (see get())
     _response: Any = field(default=None, init=False, repr=False)  # the open stream, for interrupt()
 
     # -- level 1: forever ----------------------------------------------------
@@ -320,6 +329,7 @@ class Watcher:
 
     def list_then_watch(self) -> Iterator[Event]:
         """Discover, list (paginated), then watch until a relist is due or needed."""
+        self.conn.drop_idle()  # a relist never starts on a pooled connection that may have stalled
         version = yield from self.discover()
         path = self.resource.path(version)
         yield from self.list(path)
@@ -344,14 +354,14 @@ class Watcher:
             return self.resource.versions[0]
         group = self.resource.group
         try:
-            served = {v.get("version") for v in self.conn.get(f"/apis/{group}").get("versions") or []}
+            served = {v.get("version") for v in self.get(f"/apis/{group}").get("versions") or []}
         except NotFound as exc:
             raise NotInstalled(f"API group {group} is not served") from exc
         for version in self.resource.versions:
             if version not in served:
                 continue
             try:
-                listing = self.conn.get(f"/apis/{group}/{version}")
+                listing = self.get(f"/apis/{group}/{version}")
             except NotFound:
                 continue
             if any(r.get("name") == self.resource.plural for r in listing.get("resources") or []):
@@ -370,7 +380,7 @@ class Watcher:
         token: str | None = None
         while True:
             query = {"limit": PAGE_SIZE, "labelSelector": self.resource.label_selector, "continue": token}
-            page = self.conn.get(path, query, self.resource.list_accept)
+            page = self.get(path, query, self.resource.list_accept)
             objects: list[Object] = []
             keep: set[Key] = set()
             for raw in page.get("items") or []:
@@ -392,7 +402,22 @@ class Watcher:
                 return
         self.resource_version = str(meta.get("resourceVersion") or "")
         self.listed_at = time.monotonic()
+        self.list_timeout = LIST_TIMEOUT
         yield Listed(objects, frozenset(keep), self.resource_version)
+
+    def get(self, path: str, query: dict[str, Any] | None = None, accept: str = JSON) -> dict:
+        """A list page or discovery document, given up after `list_timeout` of silence.
+
+        A timeout is taken for a stall: the pool's idle connections (which went through the
+        same link) are dropped and the retry gets twice the limit (up to REQUEST_TIMEOUT), in
+        case the API server was only queueing the request; a complete list resets it.
+        """
+        try:
+            return self.conn.get(path, query, accept, self.list_timeout)
+        except TimedOut:
+            self.list_timeout = min(2 * self.list_timeout, REQUEST_TIMEOUT)
+            self.conn.drop_idle()
+            raise
 
     def watch_timeout(self, resync_at: float | None) -> int | None:
         """timeoutSeconds for the next stream: jittered, and ending when the resync is due."""
@@ -423,6 +448,7 @@ class Watcher:
             "labelSelector": self.resource.label_selector,
         }
         limit = timeout + self.stream_slack
+        self.conn.drop_idle()  # the stream starts on a new connection, not on one that may have stalled idle
         resp = self.conn.open(path, query, self.resource.watch_accept, limit)
         # Counted from the headers: the server started its timeoutSeconds before it sent them.
         watchdog = Watchdog(limit, self.stream_slack, resp)
@@ -446,6 +472,8 @@ class Watcher:
             watchdog.cancel()
             self._response = None
             resp.close()
+            if watchdog.fired:
+                self.conn.drop_idle()  # a stall detected: idle connections over the same link are suspect too
         if watchdog.fired:
             raise self.stalled(timeout)
 
