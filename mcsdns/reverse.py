@@ -30,7 +30,7 @@ from typing import Iterable
 
 from .compile import AAAA, NAME_ERROR, NODATA, NOERROR, NS, NS_NAME, PTR, SOA, A, Answer, Record, Service
 
-MAX_ZONES = 256  # reverse zones in all: a /17 is 128 zones; beyond that, give a shorter prefix
+MAX_ZONES = 256  # reverse zones in all (one CIDR makes at most 128: a /17 or a /25)
 V4_SUFFIX = ("in-addr", "arpa")
 V6_SUFFIX = ("ip6", "arpa")
 
@@ -60,10 +60,6 @@ def zone_networks(cidrs: Iterable[str]) -> list[Network]:
         net = parse_cidr(text)
         step = 8 if net.version == 4 else 4
         boundary = -(-net.prefixlen // step) * step
-        count = 1 << (boundary - net.prefixlen)
-        if count > MAX_ZONES:
-            raise ReverseError(f"{text} makes {count} reverse zones (more than {MAX_ZONES}): use a prefix length "
-                               f"closer to a multiple of {step}")
         out.extend(net.subnets(new_prefix=boundary))
     kept = [n for n in out if not any(o != n and o.version == n.version and n.subnet_of(o) for o in out)]  # type: ignore[arg-type]
     unique = list(dict.fromkeys(kept))
@@ -229,28 +225,28 @@ def ptr_answer(targets: list[Labels], forward_zones: tuple[Labels, ...], ttl: in
 def answer(labels: Labels, zone: Labels, qtype: int, index: PtrIndex, forward_zones: tuple[Labels, ...],
            ttl: int, ns_addresses: tuple[str, ...]) -> Answer:
     """The answer to `labels` (lower-cased, left of the reverse `zone`) for `qtype`, before sync policy."""
-    if not labels:
-        if qtype == SOA:
-            return Answer(NOERROR, apex_soa=True)
-        if qtype == NS:
-            return Answer(
-                NOERROR,
-                (Record(None, NS, ttl, NS_NAME),),
-                tuple(Record(NS_NAME, AAAA if ":" in ip else A, ttl, ip) for ip in ns_addresses),
-            )
-        return NODATA
+    if not labels and qtype == SOA:
+        return Answer(NOERROR, apex_soa=True)
+    if not labels and qtype == NS:
+        return Answer(
+            NOERROR,
+            (Record(None, NS, ttl, NS_NAME),),
+            tuple(Record(NS_NAME, AAAA if ":" in ip else A, ttl, ip) for ip in ns_addresses),
+        )
     if labels == NS_NAME:  # the apex NS target lives in the zone, as in the forward zone
         if qtype in (A, AAAA):
             records = tuple(Record(None, qtype, ttl, ip) for ip in ns_addresses if (":" in ip) == (qtype == AAAA))
             return Answer(NOERROR, records) if records else NODATA
         return NODATA
+    # The apex always exists (NODATA at worst): a /25 is 128 zones of one address each.
+    missing = NODATA if not labels else NAME_ERROR
     parsed = parse_pointer(labels + zone)
     if parsed is None:
-        return NAME_ERROR
+        return missing
     version, digits, count = parsed
     if count == (4 if version == 4 else 32):
         targets = index.targets(digits if version == 4 else bytes.fromhex(digits.hex()[1::2]))
         if not targets:
-            return NAME_ERROR
+            return missing
         return ptr_answer(targets, forward_zones, ttl) if qtype == PTR else NODATA
-    return NODATA if index.below(version, digits, count) else NAME_ERROR
+    return NODATA if index.below(version, digits, count) else missing
