@@ -71,6 +71,9 @@ class Table:
         self.reverse_zones = frozenset(encode_labels(reverse.zone_labels(n)) + b"\x00" for n in networks)
         self.ptr = reverse.PtrIndex(networks)
         self.forward_zones = tuple(tuple(z.split(".")) for z in config.zones)
+        if networks:
+            log.info("authoritative for %d reverse zone(s): %s", len(networks),
+                     ", ".join(".".join(reverse.zone_labels(n)) for n in networks))
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
