@@ -10,19 +10,18 @@ priorities differ, exactly as documented in docs/locality-and-reverse.md.
 
 from __future__ import annotations
 
-import socket
 import struct
 from pathlib import Path
 
 import dns.flags
 import dns.message
-import dns.query
 import dns.rdatatype
 import pytest
 import yaml
 
 from cases import Z
-from serverproc import Server, eventually
+from serverproc import Server, ask, eventually, exchange, order
+from serverproc import record_sets as unordered
 
 NS = "loc"
 HTTP = [{"name": "http", "protocol": "TCP", "port": 80}]
@@ -118,56 +117,13 @@ def west_rr(manifests):
         yield s
 
 
-def ask(server: Server, name: str, qtype: str, how: str = "udp") -> dns.message.Message:
-    """`udp` (EDNS 1232), `udp512` (no EDNS) or `tcp`; the reply must parse strictly."""
-    q = dns.message.make_query(name, qtype, use_edns=False if how == "udp512" else 0, payload=1232)
-    if how == "tcp":
-        return dns.query.tcp(q, "127.0.0.1", port=server.dns_port, timeout=2)
-    return dns.query.udp(q, "127.0.0.1", port=server.dns_port, timeout=2, ignore_trailing=False, raise_on_truncation=False)
-
-
-def order(reply: dns.message.Message) -> list[str]:
-    return [rd.to_text() for rrset in reply.answer for rd in rrset]
-
-
 def srv(reply: dns.message.Message) -> list[tuple[int, int, int, str]]:
     return [(rd.priority, rd.weight, rd.port, rd.target.to_text()) for rrset in reply.answer for rd in rrset]
 
 
-def unordered(reply: dns.message.Message) -> tuple:
-    """Everything but record order, SRV priorities and the SOA serial (each server has its own)."""
-
-    def records(rrsets) -> list:
-        out = []
-        for r in rrsets:
-            for rd in r:
-                if rd.rdtype == dns.rdatatype.SOA:
-                    rd = rd.replace(serial=0)
-                elif rd.rdtype == dns.rdatatype.SRV:
-                    rd = rd.replace(priority=0)
-                out.append((r.name.to_text().lower(), r.rdtype, r.ttl, rd.to_text()))
-        return sorted(out)
-
-    return (reply.rcode(), reply.flags, records(reply.answer), records(reply.authority), records(reply.additional),
-            reply.edns, reply.payload)
-
-
 def exact(server: Server, wire: bytes, tcp: bool = False) -> bytes:
     """The reply's bytes as sent, the SOA serial (if any) zeroed."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM) as sock:
-        sock.settimeout(2)
-        if tcp:
-            sock.connect(server.addr)
-            sock.sendall(struct.pack(">H", len(wire)) + wire)
-            buf = b""
-            while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-                chunk = sock.recv(65535)
-                assert chunk, "connection closed early"
-                buf += chunk
-            data = buf[2:]
-        else:
-            sock.sendto(wire, server.addr)
-            data = sock.recv(65535)
+    data = exchange(server, wire, tcp)
     msg = dns.message.from_wire(data)
     if msg.authority or any(r.rdtype == dns.rdatatype.SOA for r in msg.answer):
         for rrset in msg.answer + msg.authority:

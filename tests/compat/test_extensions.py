@@ -19,6 +19,8 @@ import dns.message
 import dns.rdatatype
 import pytest
 
+from serverproc import record_sets
+
 from .dnsclient import TCP, UDP_EDNS, exchange
 from .generator import SOURCE_CLUSTER, asks, names
 from .harness import SEED, McsDns, World, eventually
@@ -42,21 +44,9 @@ def sets(wire: bytes | None) -> tuple | None:
     if wire is None:
         return None
     msg = dns.message.from_wire(wire, ignore_trailing=True)
-
-    def section(rrsets) -> frozenset:
-        out = set()
-        for rrset in rrsets:
-            for rd in rrset:
-                if rd.rdtype == dns.rdatatype.SRV:
-                    rd = rd.replace(priority=0)
-                elif rd.rdtype == dns.rdatatype.SOA:
-                    rd = rd.replace(serial=0)
-                out.add((rrset.name.to_text().lower(), rrset.rdtype, rrset.ttl, rd.to_text().lower()))
-        return frozenset(out)
-
     if msg.flags & dns.flags.TC:  # which records a truncated reply keeps depends on their order
         return (msg.rcode(), msg.flags, "truncated")
-    return (msg.rcode(), msg.flags, section(msg.answer), section(msg.authority), section(msg.additional))
+    return record_sets(msg)
 
 
 def addresses_by_locality(world: World) -> tuple[set[str], set[str]]:
