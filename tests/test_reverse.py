@@ -22,7 +22,7 @@ import yaml
 
 from cases import Z
 from mcsdns import reverse
-from serverproc import ROOT, eventually
+from serverproc import FIXTURES, ROOT, eventually
 from upstreams import Fake, Mcsdns
 
 NS = "rev"
@@ -218,3 +218,43 @@ def test_without_the_flag_reverse_names_are_forwarded(manifests, upstream):
             reply = plain.query(name.to_text(), "PTR")
             assert not reply.flags & dns.flags.AA and not reply.answer
             assert any(dns.message.from_wire(q).question[0].name == name for q in upstream.queries[before:])
+
+
+# --------------------------------------------------------------------------- fuzzing with the flags on
+
+
+def test_mutated_packets_with_both_flags_on(tmp_path):
+    """tests/test_fuzz.py's mutator and invariants on a resolver with --local-cluster, --reverse-cidr and
+    round robin: nothing raises, every reply parses and carries the query's ID, UDP without EDNS fits 512."""
+    import random
+
+    from prometheus_client import CollectorRegistry
+
+    from mcsdns.metrics import Metrics
+    from mcsdns.resolve import Resolver, RoundRobinResolver
+    from mcsdns.sources.manifests import ManifestSource
+    from mcsdns.store import Store
+    from mcsdns.table import Table, TableConfig
+    from test_fuzz import mutate, run_one, seed_queries
+    from test_locality import documents as locality_documents
+
+    path = tmp_path / "both.yaml"
+    path.write_text(yaml.safe_dump_all(documents() + locality_documents()[1:]))
+    store = Store()
+    table = Table(TableConfig((Z.rstrip("."),), 5, None, ("127.0.0.1",), "west", CIDRS + ("10.40.0.0/16",)), store)
+    store.listener = table.on_change
+    ManifestSource([FIXTURES / "contract.yaml", path], store).load()
+    resolvers = (RoundRobinResolver(table), Resolver(table, forwarding=True))
+    names = [dns.reversename.from_address(ip).to_text() for ip in ("10.50.1.1", "10.50.1.2", "fd00:50::10", "10.40.1.1")]
+    names += [f"two.loc.svc.{Z}", f"_http._tcp.three.loc.svc.{Z}", "0.0.0.0.0.0.0.0.0.5.0.0.0.0.d.f.ip6.arpa.",
+              "1.50.10.in-addr.arpa.", f"many.loc.svc.{Z}"]
+    seeds = seed_queries() + [dns.message.make_query(n, t, use_edns=e).to_wire()
+                              for n in names for t in ("PTR", "A", "SRV", "SOA", "NS") for e in (False, 0)]
+    rng = random.Random(15)
+    metrics = Metrics(CollectorRegistry())
+    outcomes: dict[str, int] = {}
+    for _ in range(30_000):
+        query = mutate(rng, seeds)
+        outcome = run_one(resolvers[rng.random() < 0.3], metrics, query, rng.random() < 0.2)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert outcomes.get("NOERROR", 0) > 3000 and outcomes.get("NXDOMAIN", 0) > 300, outcomes
