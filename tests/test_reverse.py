@@ -258,3 +258,65 @@ def test_mutated_packets_with_both_flags_on(tmp_path):
         outcome = run_one(resolvers[rng.random() < 0.3], metrics, query, rng.random() < 0.2)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert outcomes.get("NOERROR", 0) > 3000 and outcomes.get("NXDOMAIN", 0) > 300, outcomes
+
+
+# --------------------------------------------------------------------------- behind CoreDNS
+
+
+def example_blocks(dns_port: int, mcsdns: str) -> str:
+    """The stub-zone server blocks of deploy/examples/coredns-reverse-stub-zone.yaml (all but `.:53`),
+    on a loopback port, forwarding to `mcsdns` (HOST:PORT)."""
+    corefile = yaml.safe_load((ROOT / "deploy/examples/coredns-reverse-stub-zone.yaml").read_text())["data"]["Corefile"]
+    blocks, current = [], None
+    for line in corefile.splitlines():
+        if current is None and line.endswith("{") and not line.startswith((" ", ".:")):
+            current = [line.replace(":53", f":{dns_port}"), "    bind 127.0.0.1"]
+        elif current is not None:
+            current.append(line.replace("MCSDNS_SERVICE_IP", mcsdns))
+            if line == "}":
+                blocks.append("\n".join(current))
+                current = None
+    assert len(blocks) == 2, corefile  # clusterset.local and the reverse zones
+    return "\n".join(blocks) + "\n"
+
+
+def test_the_example_stub_zones_reach_mcsdns_through_coredns(testbin, tmp_path, upstream):
+    from compat.coredns import find_coredns
+    from testbed import Process, free_port
+
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport", "metadata": {"name": "vip", "namespace": NS},
+         "spec": {"type": "ClusterSetIP", "ips": ["10.112.0.5"], "ports": HTTP}},
+        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport", "metadata": {"name": "db", "namespace": NS},
+         "spec": {"type": "Headless", "ports": HTTP}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv6",
+         "metadata": {"name": "db-west", "namespace": NS, "labels": {
+             "multicluster.kubernetes.io/service-name": "db", "multicluster.kubernetes.io/source-cluster": "west"}},
+         "endpoints": [{"addresses": ["fd00:20::5"], "hostname": "db-0"}], "ports": HTTP},
+    ]  # fmt: skip
+    path = tmp_path / "stub.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    with Mcsdns("--manifests", str(path), "--upstream", upstream.addr,
+                "--reverse-cidr", "10.112.0.0/16", "--reverse-cidr", "fd00:20::/48") as server:
+        port = free_port()
+        (tmp_path / "Corefile").write_text(example_blocks(port, f"127.0.0.1:{server.dns_port}"))
+        coredns = Process("coredns", [str(find_coredns()), "-conf", str(tmp_path / "Corefile")], tmp_path / "coredns.log")
+        coredns.start()
+        try:
+            def ask_coredns(name: str, qtype: str = "PTR") -> dns.message.Message | None:
+                try:
+                    return dns.query.udp(dns.message.make_query(name, qtype), "127.0.0.1", port=port, timeout=1)
+                except Exception:
+                    return None
+
+            reply = eventually(lambda: ask_coredns(dns.reversename.from_address("10.112.0.5").to_text()), 20,
+                               what=lambda: f"CoreDNS answering\n{coredns.tail()}")
+            assert targets(reply) == {f"vip.{NS}.svc.{Z}"}
+            assert targets(ask_coredns(dns.reversename.from_address("fd00:20::5").to_text())) == {
+                f"db-0.west.db.{NS}.svc.{Z}"}
+            missing = ask_coredns(dns.reversename.from_address("10.112.9.9").to_text())
+            assert missing.rcode() == dns.rcode.NXDOMAIN and soa_owner(missing) == "112.10.in-addr.arpa."
+            assert [rd.address for rd in ask_coredns(f"vip.{NS}.svc.{Z}", "A").answer[0]] == ["10.112.0.5"]
+        finally:
+            coredns.stop()
