@@ -69,7 +69,9 @@ class App:
         self.store.listener = self.table.on_change
         self.metrics = Metrics(self.registry, self)
         self.table.on_programmed = self.metrics.programmed
-        self.table.on_stamped = self.metrics.stamped
+        if config.uses_api and not config.manifests:
+            # Only the API dates its changes; a manifest's managedFields are from whenever it was dumped.
+            self.table.on_stamped = self.metrics.stamped
         self.forwarder = self._make_forwarder()
         # --loadbalance picks the class, so the default resolver has no per-query check for it.
         resolver = RoundRobinResolver if config.loadbalance == "round_robin" else Resolver

@@ -137,6 +137,8 @@ class Table:
                 triggers, self._deferred = self._deferred, None
                 self._compile_everything(triggers)
             return
+        if not (changes.services or changes.namespaces or self.config.local_cluster == "auto"):
+            return  # a ClusterProperty nobody asked about (no --local-cluster auto): nothing to recompile
         services = set(changes.services)
         for ns in changes.namespaces:
             services.update(k for k in self.store.imports if k[0] == ns)

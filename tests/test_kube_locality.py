@@ -242,3 +242,28 @@ def test_programming_duration_is_observed_for_api_writes(testbed: Testbed, fresh
         testbed.create(service_import(ns, "marker", ["10.64.0.9"]))
         server.wait_answer(fqdn("marker", ns), "A", a("10.64.0.9"))
         eventually(lambda: count(server, "serviceimport") == seen + 1, 5)  # the marker only
+
+
+@pytest.mark.parametrize("balance", [False, True])
+def test_local_cluster_id_orders_two_clusters_from_the_api(testbed: Testbed, fresh_namespace: str, tmp_path: Path,
+                                                           balance: bool) -> None:
+    """`--local-cluster west` against the API, with and without round robin: west's addresses always
+    lead (rotating among themselves with round robin), the set is the flag-free one."""
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    db = fqdn("db", ns)
+    west, east = {"10.65.2.1", "10.65.2.2", "10.65.2.3"}, {"10.65.1.1", "10.65.1.2"}
+    testbed.create(service_import(ns, "db", headless=True))
+    testbed.create(endpoint_slice(ns, "db-east", "db", "east", [(ip, True) for ip in sorted(east)]))
+    testbed.create(endpoint_slice(ns, "db-west", "db", "west", [(ip, True) for ip in sorted(west)]))
+    extra = ("--loadbalance", "round_robin") if balance else ()
+    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--local-cluster", "west", *extra) as server:
+        server.wait_until_ready()
+        server.wait_answer(db, "A", a(*west, *east))
+        replies = [order(server, db) for _ in range(7)]
+        for got in replies:
+            assert set(got[:3]) == west and set(got[3:]) == east, got
+        assert priorities(server, db) == {"west": 0, "east": 10}
+        leaders = {got[0] for got in replies}
+        assert leaders == (west if balance else {replies[0][0]})  # round robin: each local address leads in turn
+        assert {got[3] for got in replies} == (east if balance else {replies[0][3]})
