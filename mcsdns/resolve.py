@@ -256,7 +256,9 @@ class RoundRobinResolver(Resolver):
         super().__init__(table, forwarding)
         # A body's bytes -> (its answer count, its run): a compiled body's bytes object hashes once (cached), and
         # a body computed per query (a name nobody compiled) finds the turn of the last one with the same records.
-        self._runs: dict[bytes, tuple[int, _Run | _SplitRun | None]] = {}
+        # The local group's size (--local-cluster) is part of the entry too: two services may compile the same
+        # bytes with their local/remote boundary in different places.
+        self._runs: dict[bytes, tuple[int, int, _Run | _SplitRun | None]] = {}
         self._rotated: _Run | None = None  # the run the last reply() rotated, for the packet cache
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
@@ -298,15 +300,15 @@ class RoundRobinResolver(Resolver):
     def reply(self, q: Query, body: Body, limit: int) -> bytes:
         if body.an > 1:
             entry = self._runs.get(body.body)
-            if entry is None or entry[0] != body.an:
+            if entry is None or entry[0] != body.an or entry[1] != body.split:
                 if len(self._runs) >= RUN_CACHE_ENTRIES:
                     self._runs.clear()  # bounded: per-query bodies of names nobody compiled can be many
                 span = address_run(body)
                 made: _Run | _SplitRun | None = None
                 if span is not None:
                     made = _SplitRun(body.body, *span, body.split) if body.split and not span[0] else _Run(body.body, *span)
-                entry = self._runs[body.body] = (body.an, made)
-            run = entry[1]
+                entry = self._runs[body.body] = (body.an, body.split, made)
+            run = entry[2]
             if type(run) is _SplitRun:
                 self._rotated = _UNCACHED  # type: ignore[assignment]
                 return Resolver.reply(self, q, run.view.of(body, run.rotated(body.body)), limit)  # type: ignore[arg-type]

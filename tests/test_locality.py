@@ -34,6 +34,9 @@ CLUSTERS = {
     "three": {"east": [("10.41.1.1", "e-0", True), ("10.41.1.2", "e-1", True)],
               "north": [("10.41.3.1", "n-0", True), ("10.41.3.2", "n-1", True), ("10.41.3.3", "n-2", True)],
               "west": [("10.41.2.1", "w-0", True), ("10.41.2.2", "w-1", True)]},
+    # The same two addresses in the same order (so the same compiled bytes), local/remote split differently.
+    "pair": {"west": [("10.46.0.1", "w-0", True)], "east": [("10.46.0.2", "e-0", True)]},
+    "twin": {"west": [("10.46.0.1", "w-0", True), ("10.46.0.2", "w-1", True)]},
     # More addresses than 512 bytes hold: a truncated reply keeps the local ones.
     "many": {"east": [(f"10.44.1.{i}", f"e-{i}", True) for i in range(1, 41)],
              "west": [(f"10.44.2.{i}", f"w-{i}", True) for i in range(1, 41)]},
@@ -244,6 +247,15 @@ def test_round_robin_truncated_rotates_the_local_group(west_rr):
     kept = [order(ask(west_rr, f"many.{NS}.svc.{Z}", "A", "udp512")) for _ in range(45)]
     assert all(set(k) <= local_ips("many", "west") for k in kept)
     assert {k[0] for k in kept} == local_ips("many", "west")
+
+
+def test_round_robin_keeps_each_services_groups_apart(west_rr):
+    """`pair` and `twin` compile to the same bytes; only `pair` has a remote address, which never leads."""
+    leaders = {"pair": set(), "twin": set()}
+    for _ in range(6):
+        for service in ("twin", "pair"):
+            leaders[service].add(order(ask(west_rr, f"{service}.{NS}.svc.{Z}", "A"))[0])
+    assert leaders == {"pair": {"10.46.0.1"}, "twin": {"10.46.0.1", "10.46.0.2"}}
 
 
 def test_round_robin_srv_order_is_stable(west_rr):
