@@ -62,11 +62,16 @@ class App:
         self.failure: BaseException | None = None  # a root task that died; the CLI exits 1
         self.store = Store()
         self.table = Table(
-            TableConfig(config.zones, config.ttl, config.namespaces, advertised_addresses(config)), self.store
+            TableConfig(config.zones, config.ttl, config.namespaces, advertised_addresses(config),
+                        config.local_cluster, config.reverse_cidrs),
+            self.store,
         )
         self.store.listener = self.table.on_change
         self.metrics = Metrics(self.registry, self)
         self.table.on_programmed = self.metrics.programmed
+        if config.uses_api and not config.manifests:
+            # Only the API dates its changes; a manifest's managedFields are from whenever it was dumped.
+            self.table.on_stamped = self.metrics.stamped
         self.forwarder = self._make_forwarder()
         # --loadbalance picks the class, so the default resolver has no per-query check for it.
         resolver = RoundRobinResolver if config.loadbalance == "round_robin" else Resolver

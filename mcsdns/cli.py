@@ -96,6 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
                      "A/AAAA records starting one further on, so clients that take the first address spread over all of "
                      "them (CoreDNS `loadbalance`); the set of records, the other sections and SRV answers do not change. "
                      "off (default): a stable order")
+    dns.add_argument("--local-cluster", metavar="ID|auto", default=None,
+                     help="list this cluster's endpoints first: headless A/AAAA answers hold the same addresses with "
+                     "those whose slice's multicluster.kubernetes.io/source-cluster is ID first, and SRV records get "
+                     "priority 0 (local) or 10 (remote). auto: the id is the spec.value of the KEP-2149 ClusterProperty "
+                     "cluster.clusterset.k8s.io (about.k8s.io), watched (needs list/watch on clusterproperties: "
+                     "deploy/components/local-cluster-auto) or read from the manifests. Default off: CoreDNS's answers")
+    dns.add_argument("--reverse-cidr", metavar="CIDR", action="append", default=[],
+                     help="answer PTR queries for the addresses of this CIDR (repeatable): authoritative for its "
+                     "in-addr.arpa/ip6.arpa zones (split on octet/nibble boundaries), PTR for every ClusterSetIP and "
+                     "ready headless endpoint address, NXDOMAIN for the rest. Default none: reverse names are forwarded")
     dns.add_argument("--max-tcp-connections", metavar="N", type=_int, default=1000,
                      help="open DNS-over-TCP connections at once; beyond it new ones are closed at once")
     dns.add_argument("--tcp-idle-timeout", metavar="DURATION", type=_seconds, default=10.0,
@@ -169,6 +179,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         namespaces=namespaces,
         ns_addresses=tuple(args.ns_address),
         loadbalance=args.loadbalance,
+        local_cluster=args.local_cluster,
+        reverse_cidrs=tuple(args.reverse_cidr),
         max_tcp_connections=args.max_tcp_connections,
         tcp_idle_timeout=args.tcp_idle_timeout,
         tcp_max_queries=args.tcp_max_queries,

@@ -23,7 +23,7 @@ from .names import Kind, Request, parse
 from .objects import EndpointSlice, Port, ServiceImport
 
 # DNS numbers used here (RFC 1035 and successors).
-A, NS, SOA, TXT, AAAA, SRV = 1, 2, 6, 16, 28, 33
+A, NS, SOA, PTR, TXT, AAAA, SRV = 1, 2, 6, 12, 16, 28, 33
 NOERROR, SERVFAIL, NXDOMAIN, REFUSED = 0, 2, 3, 5
 
 DNS_SCHEMA_VERSION = "1.1.0"  # what CoreDNS answers, not the KEP's 1.0.0 (contract 2.6)
@@ -40,6 +40,7 @@ class Entry:
     port: int
     target: tuple[str, ...]  # labels left of the zone
     srv: bool = True  # False for slices without a cluster id (decision 4): no SRV from them
+    remote: bool = False  # --local-cluster: from another cluster (SRV priority 10, ordered after the local ones)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,8 @@ class Record:
     owner: tuple[str, ...] | None
     rtype: int
     ttl: int
-    data: object  # A/AAAA: address text; SRV: (priority, weight, port, target); TXT: str; NS: target
+    data: object  # A/AAAA: address text; SRV: (priority, weight, port, target); TXT: str; NS: target;
+    # PTR: the absolute target's labels (reverse zones, --reverse-cidr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,9 @@ class Answer:
     additional: tuple[Record, ...] = ()
     soa: bool = False
     apex_soa: bool = False  # the SOA is the answer itself (apex SOA query)
+    # --local-cluster: how many leading answer records are the local cluster's when the rest are
+    # remote (0 < local < len(answer)); 0 = one group. --loadbalance rotates each group on its own.
+    local: int = 0
 
     @property
     def nxdomain(self) -> bool:
@@ -82,10 +87,39 @@ class ZoneView(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Service:
-    """A ServiceImport with its MCS EndpointSlices: everything one service's names depend on."""
+    """A ServiceImport with its MCS EndpointSlices: everything one service's names depend on.
+
+    `local` is the lower-cased `--local-cluster` id (None: the flag is off); then `slices`
+    hold the local cluster's first (`with_locality`), so every answer lists them first.
+    """
 
     imp: ServiceImport
     slices: tuple[EndpointSlice, ...] = ()
+    local: str | None = None
+
+
+LOCAL_PRIORITY, REMOTE_PRIORITY = 0, 10  # SRV priorities with --local-cluster (the KEP sets none)
+
+
+def with_locality(imp: ServiceImport, slices: tuple[EndpointSlice, ...], local: str | None) -> Service:
+    """The service with its local cluster's slices first (stable otherwise); `local` as in Service.
+
+    Ordering the slices is the whole of the ordering: the entries, and so the A/AAAA and SRV
+    answers and the glue, follow the slice order, and the sets do not change.
+    """
+    if local is None:
+        return Service(imp, slices)
+    ordered = tuple(sorted(slices, key=lambda sl: not _is_local(sl.cluster, local)))
+    return Service(imp, ordered, local)
+
+
+def _is_local(cluster: str | None, local: str | None) -> bool:
+    return cluster is not None and cluster.lower() == local
+
+
+def _remote(cluster: str | None, local: str | None) -> bool:
+    """An endpoint of another cluster, with --local-cluster on (a slice without cluster id is not local)."""
+    return local is not None and not _is_local(cluster, local)
 
 
 # --------------------------------------------------------------------------- entries (2.2)
@@ -112,6 +146,7 @@ def find_entries(req: Request, view: ZoneView) -> tuple[list[Entry], bool]:
             cluster = sl.cluster
             if req.endpoint and cluster is None:
                 continue  # no per-endpoint names without a cluster id (decision 4)
+            remote = _remote(cluster, svc.local)
             for addr in sl.addresses:
                 if req.endpoint and (req.cluster != cluster.lower() or req.endpoint != addr.hostname.lower()):
                     continue
@@ -119,7 +154,7 @@ def find_entries(req: Request, view: ZoneView) -> tuple[list[Entry], bool]:
                 target = (addr.hostname, *cluster.split(".")) + base if cluster is not None else base
                 for port in sl.ports:
                     if _port_matches(req, port):
-                        entries.append(Entry(addr.ip, addr.v6, port.port, target, cluster is not None))
+                        entries.append(Entry(addr.ip, addr.v6, port.port, target, cluster is not None, remote))
         return entries, bool(entries)
     exists = False
     for port in imp.ports:
@@ -152,13 +187,14 @@ def service_entries(svc: Service) -> tuple[Group, dict[PortKey, Group]]:
         for sl in svc.slices:
             cluster = sl.cluster
             srv = cluster is not None
+            remote = _remote(cluster, svc.local)
             # One group list per port of the slice, looked up once per slice, not per address.
             slots = [(port.port, groups.setdefault((port.name.lower(), port.protocol.lower()), [])) for port in sl.ports]
             for addr in sl.addresses:
                 target = (addr.hostname, *cluster.split(".")) + base if cluster is not None else base
                 ip, v6 = addr.ip, addr.v6
                 for number, group in slots:
-                    e = Entry(ip, v6, number, target, srv)
+                    e = Entry(ip, v6, number, target, srv, remote)
                     entries.append(e)
                     group.append(e)
         # Headless: a name exists when it has entries.
@@ -188,11 +224,12 @@ def endpoint_entries(svc: Service) -> dict[tuple[str, str], list[Entry]]:
         if cluster is None:
             continue
         lcluster = cluster.lower()
+        remote = _remote(cluster, svc.local)
         for addr in sl.addresses:
             group = groups.setdefault((addr.hostname.lower(), lcluster), [])
             target = (addr.hostname, *cluster.split(".")) + base
             for port in sl.ports:
-                group.append(Entry(addr.ip, addr.v6, port.port, target, True))
+                group.append(Entry(addr.ip, addr.v6, port.port, target, True, remote))
     return groups
 
 
@@ -209,6 +246,25 @@ def address_records(entries: list[Entry], v6: bool, ttl: int) -> tuple[Record, .
     return tuple(out)
 
 
+def local_count(entries: list[Entry], v6: bool) -> int:
+    """How many of `address_records(entries, v6)` lead as the local cluster's, when remote ones follow.
+
+    Entries hold the local cluster's first (with_locality), so the records of local entries are a
+    prefix of the set (an address in a local and a remote slice counts once, as local). 0 when
+    there is only one group: no --local-cluster, or all local, or all remote.
+    """
+    seen: set[str] = set()
+    local = remote = 0
+    for e in entries:
+        if e.v6 == v6 and e.ip not in seen:
+            seen.add(e.ip)
+            if e.remote:
+                remote += 1
+            else:
+                local += 1
+    return local if local and remote else 0
+
+
 def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tuple[Record, ...]]:
     """SRV answers and their address glue, with CoreDNS's weights and de-duplication."""
     counted = [e for e in entries if e.srv]
@@ -223,7 +279,7 @@ def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tup
         key = (e.target, e.port)
         if key not in seen_srv:
             seen_srv.add(key)
-            answers.append(Record(None, SRV, ttl, (0, weight, e.port, e.target)))
+            answers.append(Record(None, SRV, ttl, (REMOTE_PRIORITY if e.remote else LOCAL_PRIORITY, weight, e.port, e.target)))
         glue = (e.target, e.ip)
         if glue not in seen_glue:
             seen_glue.add(glue)
@@ -271,6 +327,8 @@ def respond(entries: list[Entry], exists: bool, qtype: int, ttl: int) -> Answer:
     if qtype == A or qtype == AAAA:
         records = address_records(entries, qtype == AAAA, ttl)
         if records:
+            if entries[-1].remote:  # --local-cluster with remote entries (they come last): two groups?
+                return Answer(NOERROR, records, local=local_count(entries, qtype == AAAA))
             return Answer(NOERROR, records)
     elif qtype == SRV:
         answers, extra = srv_records(entries, ttl)

@@ -11,11 +11,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .reverse import MAX_ZONES, ReverseError, zone_networks
+
 
 class ConfigError(ValueError):
     """A flag value that cannot be used; the message names flag, value and range."""
 
 
+# A cluster id as the source-cluster label can hold it (a label value, which is what is compared).
+_CLUSTER_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _ZONE = re.compile(r"^([a-z0-9_]([-a-z0-9_]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([-a-z0-9_]{0,61}[a-z0-9_])?$")
 
 
@@ -38,6 +42,9 @@ class Config:
     namespaces: frozenset[str] | None = None  # None: every namespace that exists
     ns_addresses: tuple[str, ...] = ()  # empty: the pod IP (POD_IP) or the listen addresses
     loadbalance: str = "off"  # "round_robin": rotate A/AAAA answer sets per reply (decision 11; CoreDNS `loadbalance`)
+    # Opt-in extensions (decision 13), off by default so every answer stays CoreDNS's:
+    local_cluster: str | None = None  # a cluster id or "auto" (KEP-2149 ClusterProperty): its endpoints first, SRV 0/10
+    reverse_cidrs: tuple[str, ...] = ()  # serve PTR for clusterset addresses in these CIDRs' reverse zones
     # DNS over TCP (RFC 7766). A connection costs a socket and a little memory; these bound both.
     max_tcp_connections: int = 1000  # open at once; beyond it a new connection is closed at once
     tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout); also bounds a stalled reader
@@ -69,6 +76,19 @@ class Config:
         for zone in self.zones:
             if not _ZONE.match(zone) or len(zone) > 253:
                 raise ConfigError(f"--zone {zone!r} is not a valid DNS name")
+        if self.local_cluster is not None and self.local_cluster != "auto" and not _CLUSTER_ID.match(self.local_cluster):
+            raise ConfigError(f"--local-cluster must be auto or a cluster id (1-63 letters, digits, '-', '_', '.', "
+                              f"starting and ending with a letter or digit): {self.local_cluster!r}")
+        for cidr in self.reverse_cidrs:
+            try:
+                zone_networks([cidr])
+            except ReverseError as exc:
+                raise ConfigError(f"--reverse-cidr {exc} (a network address with its prefix length, e.g. 10.96.0.0/12; "
+                                  f"at most {MAX_ZONES} reverse zones)") from None
+        try:
+            zone_networks(self.reverse_cidrs)
+        except ReverseError as exc:
+            raise ConfigError(f"--reverse-cidr: {exc}") from None
         if self.loadbalance not in ("off", "round_robin"):
             raise ConfigError(f"--loadbalance must be round_robin or off: {self.loadbalance!r}")
         if not self.listen:

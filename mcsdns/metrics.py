@@ -220,6 +220,15 @@ class Metrics(Collector):
             buckets=PROGRAMMING_BUCKETS,
             registry=registry,
         )
+        self.api_programming = Histogram(
+            "mcsdns_programming_duration_seconds",
+            "Seconds from a change's time as the API reports it (the EndpointSlice annotation "
+            "endpoints.kubernetes.io/last-change-trigger-time, else the newest managedFields time: one-second "
+            "resolution) to the moment its new answers are served.",
+            ["kind"],
+            buckets=PROGRAMMING_BUCKETS,
+            registry=registry,
+        )
         build = Gauge(
             "coredns_build_info",
             "A metric with a constant '1' value labeled by version, revision, and goversion from which CoreDNS was built.",
@@ -239,7 +248,7 @@ class Metrics(Collector):
         except ValueError:
             pass  # already registered on this registry
         if app is not None:
-            self.set_zones(app.table.zones)
+            self.set_zones(app.table.zones + tuple(sorted(app.table.reverse_zones)))
 
     def set_zones(self, zones: Iterable[bytes]) -> None:
         """The served zones in wire form, for the `zone` label."""
@@ -350,6 +359,14 @@ class Metrics(Collector):
     def programmed_since(self, started: float, headless: bool) -> None:
         """Programming latency from an event's arrival (no trigger-time annotation)."""
         self.programming.labels("headless_with_selector" if headless else "cluster_ip").observe(max(0.0, time.monotonic() - started))
+
+    def stamped(self, kind: str, stamp: str) -> None:
+        """A change the API dated `stamp` (RFC 3339) is served now: observe the time since, by kind."""
+        try:
+            at = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return
+        self.api_programming.labels(kind).observe(max(0.0, time.time() - at))
 
     def rejected(self, reason: str) -> None:
         self.rejects[reason] += 1

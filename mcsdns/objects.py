@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,7 @@ class ServiceImport:
     # What was left out because DNS cannot represent it (decision 12), one `field: why` per part;
     # the source logs one warning and counts each. Not part of the answers: never compared.
     omitted: tuple[str, ...] = field(default=(), compare=False)
+    changed: str | None = field(default=None, compare=False)  # newest managedFields time: programming latency
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,7 @@ class EndpointSlice:
     ports: tuple[Port, ...]
     trigger_time: str | None = None  # last-change-trigger-time, for programming latency
     omitted: tuple[str, ...] = field(default=(), compare=False)  # as ServiceImport.omitted
+    changed: str | None = None  # newest managedFields time, for programming latency (ignored by dns_equivalent)
 
     def dns_equivalent(self, other: "EndpointSlice | None") -> bool:
         """True when `other` would produce the same answers (trigger time ignored)."""
@@ -121,7 +124,23 @@ class Namespace:
     name: str
 
 
-Object = ServiceImport | EndpointSlice | Namespace
+CLUSTER_ID_PROPERTY = "cluster.clusterset.k8s.io"  # KEP-2149: this cluster's id is its spec.value
+ABOUT_GROUP = "about.k8s.io"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterProperty:
+    """A KEP-2149 ClusterProperty (cluster-scoped): only its name and spec.value."""
+
+    name: str
+    value: str
+
+    @property
+    def namespace(self) -> str:
+        return ""  # cluster-scoped: keyed like a Namespace
+
+
+Object = ServiceImport | EndpointSlice | Namespace | ClusterProperty
 
 
 # --------------------------------------------------------------------------- helpers
@@ -289,7 +308,7 @@ def to_service_import(obj: dict) -> ServiceImport:
         _port(item, f"spec.ports[{i}]", required=True, omitted=omitted)
         for i, item in enumerate(_field(spec, "ports", kind=list, default=[], at="spec"))
     )
-    return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports, tuple(omitted))
+    return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports, omitted=tuple(omitted), changed=changed_at(obj))
 
 
 def to_endpoint_slice(obj: dict) -> EndpointSlice:
@@ -341,8 +360,22 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
     trigger = annotations.get(ANNOTATION_TRIGGER_TIME)
     return EndpointSlice(
         namespace, name, service, cluster, tuple(addresses), ports or NO_PORTS,
-        trigger if isinstance(trigger, str) else None, tuple(omitted),
+        trigger if isinstance(trigger, str) else None, omitted=tuple(omitted), changed=changed_at(obj),
     )
+
+
+def changed_at(obj: dict) -> str | None:
+    """The newest `metadata.managedFields[].time`: when the API last saw a write (one-second resolution).
+
+    Only this timestamp is kept from managedFields (the rest is dropped with the raw object).
+    RFC 3339 times as the API writes them (`2026-12-01T23:40:05Z`) sort as text.
+    """
+    meta = obj.get("metadata")
+    fields = meta.get("managedFields") if isinstance(meta, dict) else None
+    if not isinstance(fields, list):
+        return None
+    times = [f["time"] for f in fields if isinstance(f, dict) and isinstance(f.get("time"), str)]
+    return sys.intern(max(times)) if times else None  # objects written in the same second share one string
 
 
 # EndpointSlice names are DNS subdomains (generated names like `web-abc12`, may contain dots).
@@ -353,16 +386,27 @@ def to_namespace(obj: dict) -> Namespace:
     return Namespace(_metadata(obj, _DNS_LABEL, namespaced=False)[1])
 
 
+def to_cluster_property(obj: dict) -> ClusterProperty:
+    """A ClusterProperty (about.k8s.io, any served version: the schema is one string)."""
+    name = _metadata(obj, _DNS_LABEL_OR_GENERATED, namespaced=False)[1]
+    value = _field(obj, "spec", "value", kind=str, default="", at="")
+    if not value:
+        raise InvalidObject("spec.value: empty (a ClusterProperty needs a value)")
+    return ClusterProperty(name, value)
+
+
 KINDS = {
     "ServiceImport": to_service_import,
     "EndpointSlice": to_endpoint_slice,
     "Namespace": to_namespace,
+    "ClusterProperty": to_cluster_property,
 }
 
 API_VERSIONS = {
     "ServiceImport": (f"{MCS_GROUP}/v1alpha1", f"{MCS_GROUP}/v1beta1"),
     "EndpointSlice": ("discovery.k8s.io/v1",),
     "Namespace": ("v1",),
+    "ClusterProperty": tuple(f"{ABOUT_GROUP}/{v}" for v in ("v1alpha1", "v1beta1", "v1")),
 }
 
 

@@ -31,6 +31,7 @@ import struct
 from dataclasses import dataclass
 
 from . import compile as zone
+from . import reverse
 from .names import Kind, parse
 from .table import Table
 from .wire import (
@@ -213,7 +214,8 @@ class Resolver:
             return Forward(q) if self.forwarding else error_reply(q.raw, REFUSED, q)
         if q.qclass != CLASS_IN or q.qtype in (AXFR, IXFR):
             return error_reply(q.raw, REFUSED, q)
-        if q.qtype != zone.SOA and table.synced and table.absent(q.lname, len(zwire)):
+        reversed_ = zwire in table.reverse_zones  # --reverse-cidr
+        if q.qtype != zone.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
             # A name that cannot exist, told from its shape (random-subdomain floods): the shared
             # NXDOMAIN body, without the zone logic. Kept in neither cache: storing a reply costs more
             # than this lane (profiled: ~2.5 us against ~4 us for the whole query), and unique names
@@ -221,7 +223,11 @@ class Resolver:
             self._keep = False
             return self.reply(q, table.negative(zone.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
         labels = split_labels(q.lname[: len(q.lname) - len(zwire)])
-        ans = zone.answer(labels, q.qtype, table, table.ttl, table.config.ns_addresses)
+        if reversed_:
+            ans = reverse.answer(labels, split_labels(zwire), q.qtype, table.ptr, table.forward_zones, table.ttl,
+                                 table.config.ns_addresses)
+        else:
+            ans = zone.answer(labels, q.qtype, table, table.ttl, table.config.ns_addresses)
         if ans.nxdomain and not table.synced:
             ans = zone.NOT_SYNCED
         body = table.render(q.lname, len(zwire), ans)
@@ -247,6 +253,34 @@ class _Run:
         self.turn = 0
         self.ring = data[start:end] * 2
         self.view = _View()
+
+
+class _SplitRun:
+    """--local-cluster with --loadbalance: a run whose first `split` records are the local cluster's.
+
+    Each group rotates on its own turn, so a remote address never moves before a local one. Its
+    replies skip the packet cache (two rings to splice): the price of combining the two flags.
+    """
+
+    __slots__ = ("local", "remote", "start", "end", "view")
+
+    def __init__(self, data: bytes, start: int, end: int, size: int, split: int) -> None:
+        middle = start + split * size
+        self.local, self.remote = _Run(data, start, middle, size), _Run(data, middle, end, size)
+        self.start, self.end = start, end
+        self.view = _View()
+
+    def rotated(self, data: bytes) -> bytes:
+        parts = [data[: self.start]]
+        for run in (self.local, self.remote):
+            run.turn = turn = (run.turn + 1) % run.count
+            k = turn * run.size
+            parts.append(run.ring[k : k + run.end - run.start])
+        parts.append(data[self.end :])
+        return b"".join(parts)
+
+
+_UNCACHED = object()  # RoundRobinResolver._rotated: this reply must not enter the packet cache
 
 
 class _View:
@@ -288,7 +322,9 @@ class RoundRobinResolver(Resolver):
         super().__init__(table, forwarding)
         # A body's bytes -> (its answer count, its run): a compiled body's bytes object hashes once (cached), and
         # a body computed per query (a name nobody compiled) finds the turn of the last one with the same records.
-        self._runs: dict[bytes, tuple[int, _Run | None]] = {}
+        # The local group's size (--local-cluster) is part of the entry too: two services may compile the same
+        # bytes with their local/remote boundary in different places.
+        self._runs: dict[bytes, tuple[int, int, _Run | _SplitRun | None]] = {}
         self._rotated: _Run | None = None  # the run the last reply() rotated, for the packet cache
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
@@ -313,7 +349,9 @@ class RoundRobinResolver(Resolver):
         q = self.last_query
         if type(reply) is bytes and q is not None and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
             run = self._rotated
-            if run is None:
+            if run is _UNCACHED:
+                pass
+            elif run is None:
                 self._store(self._packets, data[2:], len(data), reply, (reply[2:], q, None))
             elif not reply[2] & 0x02 or not run.start:  # truncated: only a run that leads the answer (all of ours)
                 at = q.qend + run.start  # the body follows the question
@@ -328,12 +366,18 @@ class RoundRobinResolver(Resolver):
     def reply(self, q: Query, body: Body, limit: int) -> bytes:
         if body.an > 1:
             entry = self._runs.get(body.body)
-            if entry is None or entry[0] != body.an:
+            if entry is None or entry[0] != body.an or entry[1] != body.split:
                 if len(self._runs) >= RUN_CACHE_ENTRIES:
                     self._runs.clear()  # bounded: per-query bodies of names nobody compiled can be many
                 span = address_run(body)
-                entry = self._runs[body.body] = (body.an, _Run(body.body, *span) if span is not None else None)
-            run = entry[1]
+                made: _Run | _SplitRun | None = None
+                if span is not None:
+                    made = _SplitRun(body.body, *span, body.split) if body.split and not span[0] else _Run(body.body, *span)
+                entry = self._runs[body.body] = (body.an, body.split, made)
+            run = entry[2]
+            if type(run) is _SplitRun:
+                self._rotated = _UNCACHED  # type: ignore[assignment]
+                return Resolver.reply(self, q, run.view.of(body, run.rotated(body.body)), limit)  # type: ignore[arg-type]
             if run is not None:
                 self._rotated = run
                 run.turn = turn = (run.turn + 1) % run.count

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .objects import EndpointSlice, Namespace, Object, ServiceImport
+from .objects import CLUSTER_ID_PROPERTY, ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,14 @@ class Changes:
     triggers: dict[ServiceKey, str | None] = field(default_factory=dict)
     # Set on the one notification sent when every required kind has completed its initial list.
     synced: bool = False
+    # The ClusterProperty cluster.clusterset.k8s.io (the cluster id, --local-cluster auto) changed.
+    cluster_id: bool = False
+    # mcsdns_programming_duration_seconds: (kind label, the change's time as the API reports it)
+    # for every effective write of an object that carries one.
+    stamps: list[tuple[str, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.services or self.namespaces or self.synced)
+        return bool(self.services or self.namespaces or self.synced or self.cluster_id)
 
 
 KINDS = ("ServiceImport", "EndpointSlice", "Namespace")
@@ -54,6 +59,9 @@ class Store:
         self.slices: dict[ServiceKey, EndpointSlice] = {}  # (namespace, slice name)
         self.by_service: dict[ServiceKey, dict[str, EndpointSlice]] = {}
         self.namespaces: set[str] = set()
+        # ClusterProperties by name (read only with --local-cluster auto); never required for sync:
+        # without one the answers are the same sets, only not ordered by locality.
+        self.properties: dict[str, str] = {}
         self.synced: set[str] = set()  # kinds whose initial list completed
         self.required: set[str] = set(KINDS)
         self.listener = listener
@@ -63,6 +71,11 @@ class Store:
 
     def service_slices(self, key: ServiceKey) -> tuple[EndpointSlice, ...]:
         return tuple(self.by_service.get(key, {}).values())
+
+    @property
+    def cluster_id(self) -> str | None:
+        """This cluster's id per KEP-2149 (ClusterProperty cluster.clusterset.k8s.io), if known."""
+        return self.properties.get(CLUSTER_ID_PROPERTY)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -124,6 +137,8 @@ class Store:
             return set(self.imports)
         if kind == "EndpointSlice":
             return set(self.slices)
+        if kind == "ClusterProperty":
+            return {("", n) for n in self.properties}
         return {("", n) for n in self.namespaces}
 
     @property
@@ -145,6 +160,8 @@ class Store:
             if self.imports.get(key) != obj:
                 self.imports[key] = obj
                 changes.services.add(key)
+                if obj.changed:
+                    changes.stamps.append(("serviceimport", obj.changed))
         elif isinstance(obj, EndpointSlice):
             key = (obj.namespace, obj.name)
             old = self.slices.get(key)
@@ -157,6 +174,9 @@ class Store:
             self.by_service.setdefault(svc, {})[obj.name] = obj
             changes.services.add(svc)
             changes.triggers.setdefault(svc, obj.trigger_time)
+            stamp = obj.trigger_time or obj.changed
+            if stamp:
+                changes.stamps.append(("endpointslice", stamp))
             if obj.cluster is None and key not in self._warned_clusterless:
                 self._warned_clusterless.add(key)
                 log.warning(
@@ -169,6 +189,10 @@ class Store:
             if obj.name not in self.namespaces:
                 self.namespaces.add(obj.name)
                 changes.namespaces.add(obj.name)
+        elif isinstance(obj, ClusterProperty):
+            if self.properties.get(obj.name) != obj.value:
+                self.properties[obj.name] = obj.value
+                changes.cluster_id |= obj.name == CLUSTER_ID_PROPERTY
 
     def _unindex(self, sl: EndpointSlice, changes: Changes) -> None:
         svc = (sl.namespace, sl.service)
@@ -193,6 +217,9 @@ class Store:
             if name in self.namespaces:
                 self.namespaces.discard(name)
                 changes.namespaces.add(name)
+        elif kind == "ClusterProperty":
+            if self.properties.pop(name, None) is not None:
+                changes.cluster_id |= name == CLUSTER_ID_PROPERTY
 
     def _emit(self, changes: Changes) -> None:
         if changes and self.listener is not None:
@@ -200,6 +227,6 @@ class Store:
 
 
 def _key(obj: Object) -> tuple[str, str]:
-    if isinstance(obj, Namespace):
+    if isinstance(obj, (Namespace, ClusterProperty)):
         return ("", obj.name)
     return (obj.namespace, obj.name)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import compile as zone
+from . import reverse
 from .compile import Service
 from .store import Changes, ServiceKey, Store
 from .wire import AA, Body, Renderer, encode_labels, soa_record
@@ -33,6 +34,7 @@ from .wire import AA, Body, Renderer, encode_labels, soa_record
 log = logging.getLogger(__name__)
 
 QTYPE_IN = {t: struct.pack(">HH", t, 1) for t in zone.COMPILED_TYPES}
+PTR_IN = struct.pack(">HH", zone.PTR, 1)
 # Per service, how many answers computed on first query (per-endpoint names, odd
 # spellings) are kept; bounds memory against clients walking random names.
 LAZY_LIMIT = 4096
@@ -44,6 +46,8 @@ class TableConfig:
     ttl: int
     namespaces: frozenset[str] | None  # exposed namespaces; None = all
     ns_addresses: tuple[str, ...]
+    local_cluster: str | None = None  # --local-cluster: a cluster id, "auto" (the ClusterProperty), None = off
+    reverse_cidrs: tuple[str, ...] = ()  # --reverse-cidr: serve the reverse zones covering these
 
 
 class Table:
@@ -59,6 +63,17 @@ class Table:
         self._soa: dict[int, bytes] = {}
         self._negative: dict[tuple[int, int], Body] = {}
         self.on_programmed: Callable[[ServiceKey, str | None, bool], None] | None = None
+        # mcsdns_programming_duration_seconds: (kind, API change time text) of each change now served.
+        self.on_stamped: Callable[[str, str], None] | None = None
+        self.local = self._local_cluster()
+        # --reverse-cidr: the reverse zones (wire form), the PTR index, and the forward zones PTRs name.
+        networks = reverse.zone_networks(config.reverse_cidrs) if config.reverse_cidrs else []
+        self.reverse_zones = frozenset(encode_labels(reverse.zone_labels(n)) + b"\x00" for n in networks)
+        self.ptr = reverse.PtrIndex(networks)
+        self.forward_zones = tuple(tuple(z.split(".")) for z in config.zones)
+        if networks:
+            log.info("authoritative for %d reverse zone(s): %s", len(networks),
+                     ", ".join(".".join(reverse.zone_labels(n)) for n in networks))
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
@@ -74,7 +89,16 @@ class Table:
         imp = self.store.imports.get((namespace, name))
         if imp is None:
             return None
-        return Service(imp, self.store.service_slices((namespace, name)))
+        if self.local is None:
+            return Service(imp, self.store.service_slices((namespace, name)))
+        return zone.with_locality(imp, self.store.service_slices((namespace, name)), self.local)
+
+    def _local_cluster(self) -> str | None:
+        """The local cluster id in effect (lower case), or None: --local-cluster off, or auto without one."""
+        wanted = self.config.local_cluster
+        if wanted == "auto":
+            wanted = self.store.cluster_id
+        return wanted.lower() if wanted else None
 
     @property
     def synced(self) -> bool:
@@ -113,20 +137,32 @@ class Table:
                 triggers, self._deferred = self._deferred, None
                 self._compile_everything(triggers)
             return
+        if not (changes.services or changes.namespaces or self.config.local_cluster == "auto"):
+            return  # a ClusterProperty nobody asked about (no --local-cluster auto): nothing to recompile
         services = set(changes.services)
         for ns in changes.namespaces:
             services.update(k for k in self.store.imports if k[0] == ns)
             services.update(k for k in self.owned if k[0] == ns)
+        if changes.cluster_id and self._local_cluster() != self.local:
+            self.local = self._local_cluster()
+            log.info("local cluster (ClusterProperty cluster.clusterset.k8s.io) is now %s: reordering every service",
+                     self.local or "unknown")
+            services.update(self.store.imports)
+            services.update(self.owned)
         for key in services:
             self.compile(key)
             if self.on_programmed is not None:
                 imp = self.store.imports.get(key)
                 self.on_programmed(key, changes.triggers.get(key), bool(imp and imp.headless))
         self.bump()
+        if self.on_stamped is not None:
+            for kind, stamp in changes.stamps:
+                self.on_stamped(kind, stamp)
 
     def _compile_everything(self, triggers: dict[ServiceKey, str]) -> None:
         """The initial sync: compile every service once (nothing was compiled before)."""
         started = time.monotonic()
+        self.local = self._local_cluster()
         for key in list(self.store.imports):
             self.compile(key)
         if self.on_programmed is not None:
@@ -150,7 +186,11 @@ class Table:
             self.answers.pop(k, None)
         svc = self.service(*key)
         if svc is None or not self.namespace_exposed(key[0]):
+            if self.reverse_zones:
+                self._compile_pointers(key, None)
             return
+        if self.reverse_zones:
+            self._compile_pointers(key, svc)
         keys: list[bytes] = []
         # Per-endpoint names (10 per service and more, rarely asked for a ClusterSetIP service)
         # are compiled on their first query (Resolver -> remember): that keeps the table, and
@@ -171,6 +211,19 @@ class Table:
                 self.answers[k] = self.render(lname, len(zwire), ans)
                 keys.append(k)
         self.owned[key] = keys
+
+    def _compile_pointers(self, key: ServiceKey, svc: Service | None) -> None:
+        """--reverse-cidr: swap in the PTR answers of every address whose names this service changed."""
+        changed = self.ptr.set_service(key, reverse.service_pointers(svc) if svc is not None else {})
+        for address in changed:
+            lname = encode_labels(reverse.pointer_labels(address)) + b"\x00"
+            k = lname + PTR_IN
+            targets = self.ptr.targets(address)
+            zwire = self.reverse_zone_of(lname)
+            if not targets or zwire is None:
+                self.answers.pop(k, None)
+                continue
+            self.answers[k] = self.render(lname, len(zwire), reverse.ptr_answer(targets, self.forward_zones, self.ttl))
 
     def remember(self, key: ServiceKey, k: bytes, body: Body) -> None:
         """Keep an answer computed on first query (per-endpoint names), bounded per service."""
@@ -237,7 +290,11 @@ class Table:
     # ----------------------------------------------------------------- zones
 
     def zone_of(self, lname: bytes) -> bytes | None:
-        """The longest served zone containing `lname` (zones are few: a scan is fine)."""
+        """The longest served zone containing `lname` (zones are few: a scan is fine); reverse zones too."""
+        if self.reverse_zones:
+            found = self.reverse_zone_of(lname)
+            if found is not None:
+                return found
         best = None
         for zwire in self.zones:
             if lname.endswith(zwire) and (best is None or len(zwire) > len(best)):
@@ -245,6 +302,18 @@ class Table:
                 if start == 0 or _label_boundary(lname, start):
                     best = zwire
         return best
+
+
+    def reverse_zone_of(self, lname: bytes) -> bytes | None:
+        """The --reverse-cidr zone containing `lname`: its suffixes looked up, longest first."""
+        if not (lname.endswith(b"\x07in-addr\x04arpa\x00") or lname.endswith(b"\x03ip6\x04arpa\x00")):
+            return None
+        i = 0
+        while i < len(lname) and lname[i]:
+            if lname[i:] in self.reverse_zones:
+                return lname[i:]
+            i += lname[i] + 1
+        return None
 
 
 def _label_boundary(lname: bytes, at: int) -> bool:

@@ -18,7 +18,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from .compile import AAAA, NS, SOA, SRV, TXT, A, Answer, Record
+from .compile import AAAA, NS, PTR, SOA, SRV, TXT, A, Answer, Record
 
 HEADER = struct.Struct(">HHHHHH")
 U16 = struct.Struct(">H")
@@ -214,6 +214,7 @@ class Body:
     zone_slots: tuple[int, ...] = ()
     soa: bool = False  # append the zone SOA (authority) at query time: it carries the serial
     zone_at: int = 12  # where the zone starts in the question, for that SOA
+    split: int = 0  # --local-cluster: the first `split` answer records are the local group (0: one group)
 
 
 class Renderer:
@@ -277,6 +278,8 @@ class Renderer:
         elif rtype == TXT:
             text = data.encode()
             rdata = bytes([len(text)]) + text
+        elif rtype == PTR:
+            rdata = encode_labels(data) + b"\x00"  # an absolute name in another zone: spelled out whole
         elif rtype == NS:
             rdata = self.name(data)
         else:
@@ -298,7 +301,8 @@ class Renderer:
             self.record(rec, out, slots)
             ends.append(len(out))
         an = len(ans.answer) + (1 if ans.apex_soa else 0)
-        return Body(AA | ans.rcode, an, 0, len(ans.additional), bytes(out), tuple(ends), tuple(slots), ans.soa, self.zone_at)
+        return Body(AA | ans.rcode, an, 0, len(ans.additional), bytes(out), tuple(ends), tuple(slots), ans.soa, self.zone_at,
+                    ans.local if 0 < ans.local < an else 0)
 
     def soa(self, ttl: int, minimum: int, serial: int) -> bytes:
         return soa_record(self.zone_at, ttl, minimum, serial)
@@ -315,6 +319,8 @@ class Renderer:
         def fits(rec: Record) -> bool:
             if rec.owner is not None and _wire_len(rec.owner) > room:
                 return False
+            if rec.rtype == PTR:
+                return _wire_len(rec.data) <= 254  # absolute: its own length, whatever the question's zone
             return rec.rtype != SRV or _wire_len(rec.data[3]) <= room
 
         if all(fits(rec) for rec in ans.answer) and all(fits(rec) for rec in ans.additional):

@@ -8,6 +8,8 @@ PID (SIGTERM, then SIGKILL) however the test ends.
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from typing import Any, Callable, TypeVar
 
 import dns.message
 import dns.query
+import dns.rdatatype
 from testbed import free_port, stop_popen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,3 +141,55 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# --------------------------------------------------------------------------- asking over real sockets
+
+
+def ask(server: Server, name: str, qtype: str, how: str = "udp") -> dns.message.Message:
+    """One query: `udp` (EDNS 1232), `udp512` (no EDNS) or `tcp`; the reply must parse strictly."""
+    q = dns.message.make_query(name, qtype, use_edns=False if how == "udp512" else 0, payload=1232)
+    if how == "tcp":
+        return dns.query.tcp(q, "127.0.0.1", port=server.dns_port, timeout=2)
+    return dns.query.udp(q, "127.0.0.1", port=server.dns_port, timeout=2, ignore_trailing=False, raise_on_truncation=False)
+
+
+def order(reply: dns.message.Message) -> list[str]:
+    """The answer section's rdata, in the order sent."""
+    return [rd.to_text() for rrset in reply.answer for rd in rrset]
+
+
+def exchange(server: Server, wire: bytes, tcp: bool) -> bytes:
+    """The reply's bytes, as sent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM) as sock:
+        sock.settimeout(2)
+        if not tcp:
+            sock.sendto(wire, server.addr)
+            return sock.recv(65535)
+        sock.connect(server.addr)
+        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        buf = b""
+        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
+            chunk = sock.recv(65535)
+            assert chunk, "connection closed early"
+            buf += chunk
+        return buf[2:]
+
+
+def record_sets(reply: dns.message.Message) -> tuple:
+    """A reply with its records as sets: everything but record order, SRV priorities (--local-cluster)
+    and the SOA serial (each server has its own)."""
+
+    def records(rrsets) -> list:
+        out = []
+        for r in rrsets:
+            for rd in r:
+                if rd.rdtype == dns.rdatatype.SOA:
+                    rd = rd.replace(serial=0)
+                elif rd.rdtype == dns.rdatatype.SRV:
+                    rd = rd.replace(priority=0)
+                out.append((r.name.to_text().lower(), r.rdtype, r.ttl, rd.to_text().lower()))
+        return sorted(out)
+
+    return (reply.rcode(), reply.flags, records(reply.answer), records(reply.authority), records(reply.additional),
+            reply.edns, reply.payload)

@@ -10,7 +10,6 @@ compared reply by reply over many question shapes, where the SOA serial is the s
 from __future__ import annotations
 
 import random
-import socket
 import struct
 import subprocess
 import sys
@@ -18,7 +17,6 @@ from pathlib import Path
 
 import dns.flags
 import dns.message
-import dns.query
 import dns.rcode
 import dns.rdatatype
 import pytest
@@ -29,7 +27,7 @@ from mcsdns.resolve import Resolver, RoundRobinResolver
 from mcsdns.sources.manifests import ManifestSource
 from mcsdns.store import Store
 from mcsdns.table import Table, TableConfig
-from serverproc import FIXTURES, ROOT, Server, headless_service
+from serverproc import FIXTURES, ROOT, Server, ask, exchange, headless_service, order
 
 POOL_V4 = [f"10.30.0.{i}" for i in range(1, 6)]
 POOL_V6 = ["fd00:30::1", "fd00:30::2", "fd00:30::3"]
@@ -75,18 +73,6 @@ def stable(manifests):
         yield s
 
 
-def ask(server: Server, name: str, qtype: str, how: str) -> dns.message.Message:
-    """One query: `udp` (EDNS 1232), `udp512` (no EDNS) or `tcp`; the reply must parse strictly."""
-    q = dns.message.make_query(name, qtype, use_edns=False if how == "udp512" else 0, payload=1232)
-    if how == "tcp":
-        return dns.query.tcp(q, "127.0.0.1", port=server.dns_port, timeout=2)
-    return dns.query.udp(q, "127.0.0.1", port=server.dns_port, timeout=2, ignore_trailing=False, raise_on_truncation=False)
-
-
-def order(reply: dns.message.Message) -> list[str]:
-    return [rd.to_text() for rrset in reply.answer for rd in rrset]
-
-
 def is_rotation(got: list[str], of: list[str]) -> bool:
     return len(got) == len(of) and any(got == of[k:] + of[:k] for k in range(len(of)))
 
@@ -130,23 +116,6 @@ def test_without_the_flag_the_order_is_stable(stable):
         for how in ("udp", "udp512", "tcp"):
             assert len({tuple(order(ask(stable, POOL, qtype, how))) for _ in range(6)}) == 1
     assert len({tuple(order(ask(stable, "ns.dns." + Z, "A", "tcp"))) for _ in range(4)}) == 1
-
-
-def exchange(server: Server, wire: bytes, tcp: bool) -> bytes:
-    """The reply's bytes, as sent."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM) as sock:
-        sock.settimeout(2)
-        if not tcp:
-            sock.sendto(wire, server.addr)
-            return sock.recv(65535)
-        sock.connect(server.addr)
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
-        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-            chunk = sock.recv(65535)
-            assert chunk, "connection closed early"
-            buf += chunk
-        return buf[2:]
 
 
 @pytest.mark.parametrize("name", SRV_NAMES)

@@ -269,6 +269,7 @@ RESOURCES: dict[str, Resource] = {
     "PodDisruptionBudget": Resource("policy", "poddisruptionbudgets", True),
     "HorizontalPodAutoscaler": Resource("autoscaling", "horizontalpodautoscalers", True),
     "Lease": Resource("coordination.k8s.io", "leases", True),
+    "ClusterProperty": Resource("about.k8s.io", "clusterproperties", False),
 }
 _BY_PLURAL = {r.plural: r for r in RESOURCES.values()}
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..config import Config
-from ..objects import EndpointSlice, Namespace, Object, ServiceImport, report_omitted
+from ..objects import ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport, report_omitted
 from ..store import Store
 from .kubeapi import ApiConnection, load_configuration
 from .watching import (
@@ -110,7 +110,8 @@ class KubeSource:
         self.config = config
         self.store = store
         self.metrics = metrics
-        self.states = {r.kind: ResourceState(r) for r in resources(config.labels)}
+        auto = config.local_cluster == "auto"
+        self.states = {r.kind: ResourceState(r) for r in resources(config.labels, cluster_properties=auto)}
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._crashed: BaseException | None = None
@@ -393,6 +394,8 @@ class KubeSource:
         if state.synced:
             state.down_since = time.monotonic()
             log.warning("%s: watch down: %s; answering from the last known state, retrying", kind, event.detail)
+        elif kind not in self.store.required:  # ClusterProperty (--local-cluster auto): never holds readiness
+            log.warning("%s: cannot list: %s; answers are not ordered by locality until it can, retrying", kind, event.detail)
         else:
             log.warning("%s: cannot list: %s; not ready, retrying", kind, event.detail)
 
@@ -413,6 +416,9 @@ class KubeSource:
             return self.store.imports.get((namespace, name))
         if kind == "EndpointSlice":
             return self.store.slices.get((namespace, name))
+        if kind == "ClusterProperty":
+            value = self.store.properties.get(name)
+            return ClusterProperty(name, value) if value is not None else None
         return Namespace(name) if name in self.store.namespaces else None
 
     def _changes_answers(self, obj: Object) -> bool:

@@ -190,7 +190,9 @@ class ManifestSource:
             for obj in state.objects:
                 kind = type(obj).__name__
                 by_kind[kind].append(obj)
-                namespaces.add(obj.name if isinstance(obj, Namespace) else obj.namespace)
+                namespace = obj.name if isinstance(obj, Namespace) else obj.namespace
+                if namespace:  # a ClusterProperty is cluster-scoped
+                    namespaces.add(namespace)
             for kind, ns, name in state.invalid:
                 if kind in keep:
                     keep[kind].add((ns, name) if kind != "Namespace" else ("", name))
@@ -199,7 +201,7 @@ class ManifestSource:
         by_kind["Namespace"] = [Namespace(n) for n in sorted(namespaces)]
         complete = self._synced_once or all(state.loaded for state in self.files.values())
         # Namespaces first so services appear exposed; imports before slices, like a sync.
-        for kind in ("Namespace", "ServiceImport", "EndpointSlice"):
+        for kind in ("Namespace", "ClusterProperty", "ServiceImport", "EndpointSlice"):
             self.store.replace(kind, by_kind[kind], keep[kind])
             if complete:
                 self.store.mark_synced(kind)

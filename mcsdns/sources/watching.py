@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..objects import (
+    ABOUT_GROUP,
     LABEL_SERVICE_NAME,
     MCS_GROUP,
     InvalidObject,
     Object,
     reason_of,
+    to_cluster_property,
     to_endpoint_slice,
     to_namespace,
     to_service_import,
@@ -72,6 +74,7 @@ BACKOFF_FIRST = 0.5
 BACKOFF_CAP = 30.0  # API server down: retry at least every 30 s
 ABSENT_CAP = 10.0  # missing CRD or permission: a fix (kubectl apply) is picked up within 10 s
 SERVICE_IMPORT_VERSIONS = ("v1beta1", "v1alpha1")  # preference order (project decision 2)
+CLUSTER_PROPERTY_VERSIONS = ("v1", "v1beta1", "v1alpha1")  # KEP-2149's target first; about-api serves the others
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces
 
@@ -101,16 +104,24 @@ class Resource:
         return f"{prefix}/{self.plural}"
 
 
-def resources(labels: str | None) -> tuple[Resource, ...]:
-    """The three watched resources; `labels` is ANDed onto the MCS slice selector (CoreDNS `labels`)."""
+def resources(labels: str | None, cluster_properties: bool = False) -> tuple[Resource, ...]:
+    """The watched resources; `labels` is ANDed onto the MCS slice selector (CoreDNS `labels`).
+
+    `cluster_properties` (--local-cluster auto) adds the KEP-2149 ClusterProperties, the one
+    place the cluster id lives; without the flag they are never read (nor need RBAC).
+    """
     selector = LABEL_SERVICE_NAME + (f",{labels}" if labels else "")
-    return (
+    watched = (
         Resource("Namespace", "namespaces", "", ("v1",), to_namespace,
                  list_accept=METADATA_LIST, watch_accept=METADATA_WATCH),
         Resource("ServiceImport", "serviceimports", MCS_GROUP, SERVICE_IMPORT_VERSIONS, to_service_import),
         Resource("EndpointSlice", "endpointslices", "discovery.k8s.io", ("v1",), to_endpoint_slice,
                  label_selector=selector),
     )  # fmt: skip
+    if cluster_properties:
+        watched += (Resource("ClusterProperty", "clusterproperties", ABOUT_GROUP, CLUSTER_PROPERTY_VERSIONS,
+                             to_cluster_property),)  # fmt: skip
+    return watched
 
 
 # --------------------------------------------------------------------------- events
@@ -202,7 +213,7 @@ Event = Listed | ListedPage | Upserted | Deleted | Rejected | Watching | Bookmar
 
 def problem_for(resource: Resource, exc: ApiError, retry_in: float) -> Problem:
     """The human-readable state for /ready and the logs."""
-    if isinstance(exc, NotInstalled) or (isinstance(exc, NotFound) and resource.group == MCS_GROUP):
+    if isinstance(exc, NotInstalled) or (isinstance(exc, NotFound) and resource.group in (MCS_GROUP, ABOUT_GROUP)):
         return Problem("not-installed", f"the CRD {resource.crd} is not installed ({exc})", retry_in)
     categories: list[tuple[type[ApiError], str, str]] = [
         (Forbidden, "forbidden", "forbidden"),
