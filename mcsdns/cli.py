@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "A/AAAA records starting one further on, so clients that take the first address spread over all of "
                      "them (CoreDNS `loadbalance`); the set of records, the other sections and SRV answers do not change. "
                      "off (default): a stable order")
+    dns.add_argument("--dns-sd", action="store_true",
+                     help="also answer DNS-SD browsing (RFC 6763): PTR b._dns-sd._udp.<zone> lists the namespaces with "
+                     "imports, PTR _services._dns-sd._udp.<ns>.svc.<zone> their named ports, PTR _<port>._<proto>.<ns>.svc.<zone> "
+                     "the service instances (each with SRV and an empty TXT). Off by default: those names then answer as in CoreDNS")
     dns.add_argument("--max-tcp-connections", metavar="N", type=_int, default=1000,
                      help="open DNS-over-TCP connections at once; beyond it new ones are closed at once")
     dns.add_argument("--tcp-idle-timeout", metavar="DURATION", type=_seconds, default=10.0,
@@ -120,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="processes answering DNS on the same --listen ports (SO_REUSEPORT), each with its own watch "
                      "or manifest reader, as CoreDNS replicas are; worker K serves /health, /ready and its own /metrics "
                      "on the --http-listen port + K. The parent forwards SIGTERM/SIGINT/SIGHUP and restarts a worker that dies")
+    from .client import add_parsers
+
+    add_parsers(sub)  # `imports` and `explain`: clients of a running server's admin API
     return parser
 
 
@@ -154,6 +161,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         namespaces=namespaces,
         ns_addresses=tuple(args.ns_address),
         loadbalance=args.loadbalance,
+        dns_sd=args.dns_sd,
         max_tcp_connections=args.max_tcp_connections,
         tcp_idle_timeout=args.tcp_idle_timeout,
         tcp_max_queries=args.tcp_max_queries,
@@ -172,6 +180,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    run = getattr(args, "run", None)
+    if run is not None:  # a client subcommand: no server config
+        return run(args)
     try:
         config = config_from_args(args)
     except ConfigError as exc:

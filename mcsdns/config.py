@@ -37,6 +37,7 @@ class Config:
     namespaces: frozenset[str] | None = None  # None: every namespace that exists
     ns_addresses: tuple[str, ...] = ()  # empty: the pod IP (POD_IP) or the listen addresses
     loadbalance: str = "off"  # "round_robin": rotate A/AAAA answer sets per reply (decision 11; CoreDNS `loadbalance`)
+    dns_sd: bool = False  # DNS-SD browsing names (RFC 6763, decision 13); off: every answer is CoreDNS's
     # DNS over TCP (RFC 7766). A connection costs a socket and a little memory; these bound both.
     max_tcp_connections: int = 1000  # open at once; beyond it a new connection is closed at once
     tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout); also bounds a stalled reader

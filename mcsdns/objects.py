@@ -90,6 +90,8 @@ class EndpointSlice:
     addresses: tuple[Address, ...]
     ports: tuple[Port, ...]
     trigger_time: str | None = None  # last-change-trigger-time, for programming latency
+    # Addresses of endpoints whose `conditions.ready` is false: in no answer, only for /imports and /explain.
+    not_ready: tuple[Address, ...] = ()
 
     def dns_equivalent(self, other: "EndpointSlice | None") -> bool:
         """True when `other` would produce the same answers (trigger time ignored)."""
@@ -259,6 +261,7 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
     if cluster is not None and (not isinstance(cluster, str) or not cluster or not _LABEL_VALUE.match(cluster)):
         raise InvalidObject(f"label {LABEL_SOURCE_CLUSTER}={cluster!r} is not a valid cluster id")
     addresses: list[Address] = []
+    not_ready: list[Address] = []
     ref = f"EndpointSlice {namespace}/{name}"
     not_ips, first_bad = 0, ""
     for i, ep in enumerate(_list(obj, "endpoints", limit=MAX_ENDPOINTS)):
@@ -279,9 +282,8 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
                     first_bad = f"{where}.addresses[{j}] {text!r:.80}"
                 not_ips += 1
                 continue
-            if ready:
-                ip, v6 = parsed
-                addresses.append(Address(ip, v6, endpoint_hostname(hostname, ip)))
+            ip, v6 = parsed
+            (addresses if ready else not_ready).append(Address(ip, v6, endpoint_hostname(hostname, ip)))
     if not_ips:  # one line per slice, not per address: a slice may hold 100k of them
         log.warning("%s: %d address(es) are not IP addresses and are ignored (first: %s)", ref, not_ips, first_bad)
     raw_ports = _list(obj, "ports", limit=MAX_SLICE_PORTS)
@@ -289,7 +291,8 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
     annotations = _field(obj, "metadata", "annotations", default={})
     trigger = annotations.get(ANNOTATION_TRIGGER_TIME)
     return EndpointSlice(
-        namespace, name, service, cluster, tuple(addresses), ports, trigger if isinstance(trigger, str) else None
+        namespace, name, service, cluster, tuple(addresses), ports, trigger if isinstance(trigger, str) else None,
+        tuple(not_ready),
     )
 
 

@@ -155,6 +155,8 @@ class Resolver:
             return error_reply(q.raw, REFUSED, q)
         labels = split_labels(q.lname[: len(q.lname) - len(zwire)])
         ans = zone.answer(labels, q.qtype, table, table.ttl, table.config.ns_addresses)
+        if ans.nxdomain and table.dnssd is not None and table.dnssd.exists(q.lname):
+            ans = zone.NODATA  # --dns-sd: a browsing name asked for a type it has no records of
         if ans.nxdomain and not table.synced:
             ans = zone.NOT_SYNCED
         body = table.render(q.lname, len(zwire), ans)

@@ -59,6 +59,7 @@ class Table:
         self._soa: dict[int, bytes] = {}
         self._negative: dict[tuple[int, int], Body] = {}
         self.on_programmed: Callable[[ServiceKey, str | None, bool], None] | None = None
+        self.dnssd = None  # --dns-sd: a dnssd.DnsSd, compiled along with the services it lists
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
@@ -122,6 +123,8 @@ class Table:
             if self.on_programmed is not None:
                 imp = self.store.imports.get(key)
                 self.on_programmed(key, changes.triggers.get(key), bool(imp and imp.headless))
+        if self.dnssd is not None:
+            self.dnssd.update(services, changes.namespaces)
         self.bump()
 
     def _compile_everything(self, triggers: dict[ServiceKey, str]) -> None:
@@ -133,6 +136,8 @@ class Table:
             for key, trigger in triggers.items():
                 imp = self.store.imports.get(key)
                 self.on_programmed(key, trigger, bool(imp and imp.headless))
+        if self.dnssd is not None:
+            self.dnssd.full()
         self.bump()
         log.info("synced: compiled %d services in %.2fs", len(self.store.imports), time.monotonic() - started)
 

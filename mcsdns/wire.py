@@ -276,7 +276,7 @@ class Renderer:
         elif rtype == TXT:
             text = data.encode()
             rdata = bytes([len(text)]) + text
-        elif rtype == NS:
+        elif rtype == NS or rtype == 12:  # NS, PTR (DNS-SD browsing): a name below the zone
             rdata = self.name(data)
         else:
             raise ValueError(f"cannot render type {rtype}")
