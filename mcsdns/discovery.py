@@ -190,22 +190,29 @@ class Discovery:
         reply = self.resolver.handle(query_packet(labels, qtype), tcp=True)
         fqdn = ".".join(labels) + "."
         tname = type_name(qtype)
-        if isinstance(reply, Forward) or reply is None:
-            zones = ", ".join(self.table.config.zones)
+        lowered = tuple(label.lower() for label in labels)
+        outside = self.table.zone_of(encode_labels(lowered) + b"\0") is None
+        if isinstance(reply, Forward) or reply is None:  # None: never for a well-formed query
             return {"name": fqdn, "type": tname, "rcode": None, "answer": [], "additional": [],
-                    "reason": f"{fqdn} is outside the zones served here ({zones}): it is forwarded to the upstream "
-                              "nameservers (--upstream), or REFUSED with --upstream none"}  # fmt: skip
+                    "reason": self._outside(fqdn, "it is forwarded to the upstream nameservers (--upstream)")}  # fmt: skip
         msg = dnslib.DNSRecord.parse(reply)
         rcode = dnslib.RCODE.get(msg.header.rcode, str(msg.header.rcode))
         answer = [zone_line(rr) for rr in msg.rr]
+        if outside:
+            reason = self._outside(fqdn, "forwarding is off (--upstream none), so it is refused")
+        else:
+            reason = self.reason(lowered, qtype, rcode, len(answer))
         return {
             "name": fqdn,
             "type": tname,
             "rcode": rcode,
             "answer": answer,
             "additional": [zone_line(rr) for rr in msg.ar if rr.rtype != 41],
-            "reason": self.reason(tuple(label.lower() for label in labels), qtype, rcode, len(answer)),
+            "reason": reason,
         }
+
+    def _outside(self, fqdn: str, what: str) -> str:
+        return f"{fqdn} is outside the zones served here ({', '.join(self.table.config.zones)}): {what}"
 
     def _explain_route(self, params: dict[str, list[str]]) -> Response:
         names = params.get("name") or [""]
