@@ -10,7 +10,8 @@ scrapes and keeps one shutdown path (no side thread).
 
 Bounded, because probes go through it (issue 12): a client holding many idle
 or half-sent connections must not delay /ready past a kubelet's 1 s probe.
-* At most `max_connections` are open. A new connection over the cap evicts the
+* At most `max_connections` are open (for a moment up to BACKLOG more: the
+  loop accepts that many at once before their handlers run). A new connection over the cap evicts the
   oldest one still waiting for its request (a probe sends its request at once,
   so an idle or trickling client is always older); only when every open
   connection is busy writing a response is the new one closed at once.
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST = 8192  # request line + headers; a probe or a scrape sends a few hundred bytes
 MAX_CONNECTIONS = 128  # open at once; Prometheus, kubelet probes and a few people with curl need a handful
+BACKLOG = 128  # listen queue (a small one stalls connects under load), and the most accepted at once beyond the cap
 READ_TIMEOUT = 5.0  # seconds for the whole request head
 WRITE_TIMEOUT = 10.0  # seconds for a client to take the response
 DRAIN_TIMEOUT = 2.0  # at shutdown, seconds for responses being written
@@ -79,7 +81,9 @@ class Admin:
         self.evicted = 0  # idle connections cut to admit a new one (tests and logs read it)
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
-        self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST)
+        # The backlog is also how many connections the loop accepts in one go before any handler runs
+        # (and can evict): it bounds how far open descriptors may pass the cap for a moment.
+        self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST, backlog=BACKLOG)
         self.address = self.server.sockets[0].getsockname()[:2]
         log.info("admin HTTP (/health /ready /metrics %s) on %s:%d", " ".join(sorted(self.routes)), *self.address)
         return self.address
