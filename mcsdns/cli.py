@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="in-flight forwarded queries; beyond it REFUSED (CoreDNS forward `max_concurrent`; default 1000)")
     ops = s.add_argument_group("operations")
     ops.add_argument("--http-listen", metavar="HOST:PORT", type=_hostport(9153), default=("127.0.0.1", 9153),
-                     help="admin HTTP listener for /health, /ready and /metrics (default 127.0.0.1:9153)")
+                     help="admin HTTP listener for /health, /ready, /metrics, /imports and /explain (default 127.0.0.1:9153; "
+                     "`mcsdns imports` and `mcsdns explain` ask it)")
     ops.add_argument("--lameduck", metavar="DURATION", type=_seconds, default=5.0,
                      help="after SIGTERM, keep answering this long while /ready reports 503 (default 5s)")
     ops.add_argument("--log-level", metavar="LEVEL", default="INFO", type=str.upper,
