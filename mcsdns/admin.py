@@ -28,9 +28,10 @@ or half-sent connections must not delay /ready past a kubelet's 1 s probe.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -52,7 +53,7 @@ REASONS = {
 }  # fmt: skip
 
 Response = tuple[int, str, bytes]  # status, content type, body
-Route = Callable[[dict[str, list[str]]], Response]  # query parameters -> response
+Route = Callable[[dict[str, list[str]]], Response | Awaitable[Response]]  # query parameters -> response
 
 
 class Admin:
@@ -109,7 +110,7 @@ class Admin:
 
     # ----------------------------------------------------------------- routing
 
-    def respond(self, target: str) -> Response:
+    def respond(self, target: str) -> Response | Awaitable[Response]:
         parts = urlsplit(target)
         path = parts.path
         if path == "/health":
@@ -182,7 +183,10 @@ class Admin:
         if method not in ("GET", "HEAD"):
             return (405, TEXT, b"method not allowed\n"), False
         try:
-            return self.respond(target), method == "HEAD"
+            response = self.respond(target)
+            if inspect.isawaitable(response):  # a route that lets the loop answer DNS while it works
+                response = await response
+            return response, method == "HEAD"
         except Exception:
             log.exception("admin request %s failed", target[:200])
             return (500, TEXT, b"internal error (see the server log)\n"), method == "HEAD"

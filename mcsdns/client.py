@@ -97,6 +97,7 @@ def add_parsers(sub: Any) -> None:
                        description="List what a running mcsdns serves: one row per ServiceImport, then the objects "
                        "it rejected and why. Asks the server's admin endpoint /imports.")
     p.add_argument("--server", metavar="URL", default=DEFAULT_SERVER, help=server_help)
+    p.add_argument("-n", "--namespace", metavar="NS", default=None, help="only the imports of this namespace")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="table (default) or json")
     p.set_defaults(run=run_imports)
     e = sub.add_parser("explain", help="why a name answers what it answers (the server's /explain)",
@@ -111,7 +112,7 @@ def add_parsers(sub: Any) -> None:
 
 def run_imports(args: argparse.Namespace) -> int:
     try:
-        doc = fetch(args.server, "/imports")
+        doc = fetch(args.server, "/imports", {"namespace": args.namespace} if args.namespace else None)
     except ClientError as exc:
         print(f"mcsdns imports: {exc}", file=sys.stderr)
         return 1

@@ -71,6 +71,8 @@ def test_imports_lists_what_dns_answers(contract):
     assert f"ep1a.cluster1.svc1.testns.svc.{Z}" in svc1["names"]
     hdls1 = by_key[("testns", "hdls1")]
     assert hdls1["type"] == "Headless" and hdls1["clusters"]["cluster1"]["ready"] == 6  # addresses, as DNS counts them
+    only = get_json(contract, "/imports?namespace=kube-system")[1]
+    assert [(e["namespace"], e["name"]) for e in only["imports"]] == [("kube-system", "kubedns")]
     # kube-system is not served under --namespaces testns: its import has no names.
     assert by_key[("kube-system", "kubedns")]["names"] == []
     # Every listed name answers over DNS (A, AAAA or SRV), and nothing the table compiled is missing.
@@ -194,6 +196,8 @@ def test_cli_imports_and_explain(contract):
     assert ["testns", "svc1", "ClusterSetIP", "10.0.0.1", "80/TCP(http)", "cluster1", "1/1"] in [l.split() for l in lines]
     as_json = _cli("imports", "--server", f"127.0.0.1:{contract.http_port}", "-o", "json")
     assert json.loads(as_json.stdout) == imports(contract)
+    one = _cli("imports", "--server", server, "-n", "kube-system").stdout.splitlines()
+    assert len(one) == 2 and one[1].split()[:2] == ["kube-system", "kubedns"]
     why = _cli("explain", "svc0.testns.svc.clusterset.local", "--server", server)
     assert why.returncode == 0 and why.stdout.splitlines() == [
         "svc0.testns.svc.clusterset.local. A: NXDOMAIN", "no ServiceImport svc0 in namespace testns"]
