@@ -8,8 +8,12 @@ DNS answers, follow every change as DNS does, and show rejected objects with the
 from __future__ import annotations
 
 import json
+import random
+import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.parse
 
 import dns.rcode
@@ -222,3 +226,45 @@ def test_explain_url_encoding(contract):
     query = urllib.parse.urlencode({"name": "SVC1.testns.svc.clusterset.local.", "type": "a"})
     status, doc = get_json(contract, f"/explain?{query}")
     assert status == 200 and doc["rcode"] == "NOERROR" and doc["answer"] == ["SVC1.testns.svc.clusterset.local. 5 IN A 10.0.0.1"]
+
+
+def test_explain_never_fails_on_random_parameters(contract):
+    rng = random.Random(11)
+    alphabet = "abcXYZ019-_.*%&=?+ /\\\x00\xff\u00e9"
+    for _ in range(300):
+        name = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 80)))
+        qtype = rng.choice(["A", "srv", "TYPE1", "TYPE99999", "", "X" * 10, "ANY", "PTR"])
+        query = urllib.parse.urlencode({"name": name, "type": qtype})
+        status, doc = get_json(contract, f"/explain?{query}")
+        assert (status == 200 and doc["reason"]) or (status == 400 and doc["error"]), (name, qtype, status, doc)
+    assert contract.http("/health") == (200, "OK") and "Traceback" not in contract.log()
+
+
+def test_dns_is_answered_while_a_long_imports_list_is_built(tmp_path):
+    """/imports of 10,000 imports takes the server about a second: DNS replies must not wait for all of it."""
+    objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "big"}}]
+    objects += [_import("big", f"s{i}", [f"10.{i // 250}.{i % 250}.1"]) for i in range(10_000)]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    with Server("--manifests", str(path)) as s:
+        done: dict[str, float] = {}
+        sock = socket.create_connection(("127.0.0.1", s.http_port), timeout=30)
+
+        def first_byte() -> None:  # the response starts once the whole list is built
+            data = sock.recv(1)
+            done["http"] = time.monotonic()
+            while chunk := sock.recv(1 << 20):
+                data += chunk
+            done["count"] = len(json.loads(data.partition(b"\r\n\r\n")[2])["imports"])
+
+        thread = threading.Thread(target=first_byte)
+        thread.start()
+        sock.sendall(b"GET /imports HTTP/1.1\r\nHost: test\r\n\r\n")
+        time.sleep(0.05)  # the request is in: the server is building the list
+        while "http" not in done:
+            s.query(f"s1.big.svc.{Z}", timeout=5)
+            done.setdefault("dns", time.monotonic())
+        thread.join()
+        sock.close()
+        assert done["count"] == 10_000
+        assert done["dns"] < done["http"], "a DNS reply came only after the whole /imports list was built"
