@@ -31,13 +31,12 @@ import dnslib
 
 from . import compile as zone
 from .admin import JSON, Response, Route
-from .names import Kind, parse
-from .objects import EndpointSlice, Port, ServiceImport
+from .names import Kind, Request, parse
+from .objects import LABEL_SOURCE_CLUSTER, EndpointSlice, Port, ServiceImport
 from .resolve import Forward, Resolver
 from .table import QTYPE_IN, Table
 from .wire import encode_labels
 
-LABEL_SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
 _TYPE_N = re.compile(r"^TYPE(\d{1,5})$")
 YIELD_EVERY = 100  # imports listed between two turns of the event loop (~10 ms of work)
 _NAME_CHARS = re.compile(r"^[A-Za-z0-9_*-]+$")  # what a label of a name worth explaining holds
@@ -278,9 +277,8 @@ class Discovery:
         return text
 
     def _special(self, labels: tuple[str, ...], zname: str, qtype: int, tname: str, rcode: str) -> str | None:
-        dnssd = getattr(self.table, "dnssd", None)
-        if dnssd is not None:
-            text = dnssd.explain(labels)
+        if self.table.dnssd is not None:
+            text = self.table.dnssd.explain(labels)
             if text is not None:
                 return text
         if labels == ("dns-version",):
@@ -308,7 +306,7 @@ class Discovery:
     def _rejected(self, kind: str, namespace: str, name: str) -> Rejection | None:
         return next((r for r in self.rejections() if r.kind == kind and r.namespace == namespace and r.name == name), None)
 
-    def _service_reason(self, req, qtype: int, tname: str, rcode: str, answers: int) -> str:
+    def _service_reason(self, req: Request, qtype: int, tname: str, rcode: str, answers: int) -> str:
         ns, name = req.namespace, req.service
         imp = self.store.imports.get((ns, name))
         rejected = self._rejected("ServiceImport", ns, name)
@@ -323,7 +321,7 @@ class Discovery:
             text += f"; its latest version was rejected ({rejected.reason}), the last good one is served"
         return text
 
-    def _import_reason(self, imp: ServiceImport, slices: tuple[EndpointSlice, ...], req, qtype: int, tname: str,
+    def _import_reason(self, imp: ServiceImport, slices: tuple[EndpointSlice, ...], req: Request, qtype: int, tname: str,
                        rcode: str, answers: int) -> str:  # fmt: skip
         ref = f"ServiceImport {imp.namespace}/{imp.name}"
         if req.endpoint and not req.cluster:
@@ -378,7 +376,7 @@ class Discovery:
             return list(imp.ports)
         return [p for sl in slices if sl.addresses for p in sl.ports]
 
-    def _endpoint_reason(self, imp: ServiceImport, slices: tuple[EndpointSlice, ...], req, tname: str, rcode: str,
+    def _endpoint_reason(self, imp: ServiceImport, slices: tuple[EndpointSlice, ...], req: Request, tname: str, rcode: str,
                          answers: int) -> str:  # fmt: skip
         host, cluster = req.endpoint, req.cluster
         from_cluster = [sl for sl in slices if sl.cluster is not None and sl.cluster.lower() == cluster]

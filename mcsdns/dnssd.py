@@ -22,11 +22,14 @@ query.
 from __future__ import annotations
 
 import struct
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from . import compile as zone
 from .compile import Answer, Record, Service
 from .wire import encode_labels
+
+if TYPE_CHECKING:
+    from .table import Table
 
 PTR = 12
 BROWSE = ("b", "_dns-sd", "_udp")
@@ -88,7 +91,7 @@ def _named(labels: tuple[str, ...], qtype: int, records: tuple[Record, ...],
 class DnsSd:
     """The DNS-SD part of a table: compiled when the store changes, per namespace."""
 
-    def __init__(self, table) -> None:
+    def __init__(self, table: Table) -> None:
         self.table = table
         self.by_ns: dict[str, set[str]] = {}  # namespace -> names of its imports
         self.owned: dict[str, list[bytes]] = {}  # namespace ("" = the browse name) -> table keys

@@ -23,12 +23,15 @@ import logging
 import struct
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from . import compile as zone
 from .compile import Service
 from .store import Changes, ServiceKey, Store
 from .wire import AA, Body, Renderer, encode_labels, soa_record
+
+if TYPE_CHECKING:
+    from .dnssd import DnsSd
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ class Table:
         self._soa: dict[int, bytes] = {}
         self._negative: dict[tuple[int, int], Body] = {}
         self.on_programmed: Callable[[ServiceKey, str | None, bool], None] | None = None
-        self.dnssd = None  # --dns-sd: a dnssd.DnsSd, compiled along with the services it lists
+        self.dnssd: "DnsSd | None" = None  # --dns-sd: compiled along with the services it lists
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
