@@ -79,7 +79,7 @@ class Admin:
         # Open connections in arrival order -> True once their request is complete (writing the response).
         self._open: dict[asyncio.StreamWriter, bool] = {}
         self._tasks: set[asyncio.Task] = set()
-        self.evicted = 0  # idle connections cut to admit a new one (tests and logs read it)
+        self.evicted = 0  # idle connections cut to admit a new one (logged)
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
         # The backlog is also how many connections the loop accepts in one go before any handler runs
@@ -152,9 +152,10 @@ class Admin:
         if task is not None:
             self._tasks.add(task)
         try:
-            response, head_only = await self._read_request(reader)
+            head = await self._read_head(reader)
             if writer in self._open:
-                self._open[writer] = True
+                self._open[writer] = True  # busy from here: never evicted while its response is made
+            response, head_only = await self._route(head)
             await self._write(writer, response, head_only)
             if response[0] in (400, 431):
                 await self._linger(reader, writer)
@@ -168,13 +169,17 @@ class Admin:
                 self._tasks.discard(task)
             writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[Response, bool]:
-        """(response, HEAD) for the request on `reader`; raises TimeoutError/IncompleteReadError."""
+    async def _read_head(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The request head (None: over MAX_REQUEST); raises TimeoutError/IncompleteReadError."""
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.read_timeout)
         except asyncio.LimitOverrunError:
-            return (431, TEXT, b"request head too large\n"), False
-        if len(head) > MAX_REQUEST:
+            return None
+        return head if len(head) <= MAX_REQUEST else None
+
+    async def _route(self, head: bytes | None) -> tuple[Response, bool]:
+        """(response, HEAD) for a request head."""
+        if head is None:
             return (431, TEXT, b"request head too large\n"), False
         parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
