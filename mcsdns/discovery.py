@@ -35,7 +35,7 @@ from .names import Kind, Request, parse
 from .objects import LABEL_SOURCE_CLUSTER, EndpointSlice, Port, ServiceImport
 from .resolve import Forward, Resolver
 from .table import QTYPE_IN, Table
-from .wire import encode_labels
+from .wire import encode_labels, split_labels
 
 _TYPE_N = re.compile(r"^TYPE(\d{1,5})$")
 YIELD_EVERY = 100  # imports listed between two turns of the event loop (~10 ms of work)
@@ -185,12 +185,12 @@ class Discovery:
         if svc is None or not self.table.namespace_exposed(key[0]):
             return []
         answers = self.table.answers
-        zones = self.table.config.zones
         out = []
         for labels in zone.service_names(svc):
             rel = encode_labels(labels)
             endpoint = bool(parse(labels).endpoint)  # compiled on first query: exists iff service_names made it
-            for zname, zwire in zip(zones, self.table.zones):
+            for zwire in self.table.zones:
+                zname = ".".join(split_labels(zwire))
                 if endpoint or any(rel + zwire + QTYPE_IN[t] in answers for t in zone.COMPILED_TYPES):
                     out.append(_fqdn(labels, zname))
         return out
