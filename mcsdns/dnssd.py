@@ -14,18 +14,20 @@ Every such name exists: other types get NODATA (the resolver asks `exists`).
 None of these names can collide with CoreDNS's: a service name is a DNS label
 without `_`, so without the flag they stay NXDOMAIN, exactly as CoreDNS answers.
 
-`dnssd_answers` is pure (no I/O); `DnsSd` keeps their compiled wire bytes in the
-table, rebuilt per namespace when the store reports a change there, never per
-query.
+The answer functions are pure (no I/O); `DnsSd` keeps their compiled wire bytes
+in the table, rebuilt when the store reports a change, never per query. A change
+to one service recompiles that service's instances, the PTR lists of the kinds it
+offered or offers, and its namespace's list of kinds: not the whole namespace.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Hashable, Iterable
 
 from . import compile as zone
 from .compile import Answer, Record, Service
+from .store import ServiceKey
 from .wire import encode_labels
 
 if TYPE_CHECKING:
@@ -38,10 +40,11 @@ SERVICES = ("_services", "_dns-sd", "_udp")
 TYPES = (zone.A, zone.AAAA, zone.SRV, zone.TXT, PTR)
 
 Compiled = tuple[tuple[str, ...], int, Answer]  # labels left of the zone, qtype, answer
+Kind = tuple[str, str]  # (port name, protocol), lower-cased, without the underscores
 
 
-def offered(svc: Service) -> dict[tuple[str, str], tuple[int, ...]]:
-    """(port name, protocol), lower-cased -> the port numbers, for each `_<port>._<proto>` with entries."""
+def offered(svc: Service) -> dict[Kind, tuple[int, ...]]:
+    """The kinds a service offers and their port numbers: each `_<port>._<proto>` of its own with entries."""
     _, by_port = zone.service_entries(svc)
     out = {}
     for (name, protocol), (entries, _exists) in by_port.items():
@@ -53,24 +56,26 @@ def offered(svc: Service) -> dict[tuple[str, str], tuple[int, ...]]:
     return out
 
 
-def namespace_answers(namespace: str, services: Iterable[Service], ttl: int) -> list[Compiled]:
-    """Every DNS-SD name of one namespace and what each type gets."""
-    base = (namespace, "svc")
-    instances: dict[tuple[str, str], list[tuple[str, tuple[int, ...]]]] = {}
-    for svc in services:
-        for key, ports in offered(svc).items():
-            instances.setdefault(key, []).append((svc.imp.name, ports))
-    out: list[Compiled] = []
-    kinds = [(f"_{name}", f"_{protocol}") for name, protocol in sorted(instances)]
-    out += _named(SERVICES + base, PTR, tuple(Record(None, PTR, ttl, kind + base) for kind in kinds))
-    for (name, protocol), members in sorted(instances.items()):
-        kind = (f"_{name}", f"_{protocol}") + base
-        members.sort()
-        out += _named(kind, PTR, tuple(Record(None, PTR, ttl, (svc,) + kind) for svc, _ in members))
-        for svc, ports in members:
-            srv = tuple(Record(None, zone.SRV, ttl, (0, 0, port, (svc,) + base)) for port in ports)
-            out += _named((svc,) + kind, zone.SRV, srv, (zone.TXT, (Record(None, zone.TXT, ttl, ""),)))
-    return out
+def kind_labels(namespace: str, kind: Kind) -> tuple[str, ...]:
+    return (f"_{kind[0]}", f"_{kind[1]}", namespace, "svc")
+
+
+def instance_answers(namespace: str, service: str, kind: Kind, ports: tuple[int, ...], ttl: int) -> list[Compiled]:
+    """`<svc>._<port>._<proto>.<ns>.svc`: SRV to the service name with each port, an empty TXT."""
+    srv = tuple(Record(None, zone.SRV, ttl, (0, 0, port, (service, namespace, "svc"))) for port in ports)
+    return _named((service,) + kind_labels(namespace, kind), zone.SRV, srv, (zone.TXT, (Record(None, zone.TXT, ttl, ""),)))
+
+
+def kind_answers(namespace: str, kind: Kind, services: Iterable[str], ttl: int) -> list[Compiled]:
+    """`_<port>._<proto>.<ns>.svc`: one PTR per instance."""
+    labels = kind_labels(namespace, kind)
+    return _named(labels, PTR, tuple(Record(None, PTR, ttl, (svc,) + labels) for svc in sorted(services)))
+
+
+def services_answers(namespace: str, kinds: Iterable[Kind], ttl: int) -> list[Compiled]:
+    """`_services._dns-sd._udp.<ns>.svc`: one PTR per kind offered in the namespace."""
+    return _named(SERVICES + (namespace, "svc"),
+                  PTR, tuple(Record(None, PTR, ttl, kind_labels(namespace, k)) for k in sorted(kinds)))  # fmt: skip
 
 
 def browse_answers(namespaces: Iterable[str], ttl: int) -> list[Compiled]:
@@ -89,85 +94,95 @@ def _named(labels: tuple[str, ...], qtype: int, records: tuple[Record, ...],
 
 
 class DnsSd:
-    """The DNS-SD part of a table: compiled when the store changes, per namespace."""
+    """The DNS-SD part of a table: compiled when the store changes."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
         self.by_ns: dict[str, set[str]] = {}  # namespace -> names of its imports
-        self.owned: dict[str, list[bytes]] = {}  # namespace ("" = the browse name) -> table keys
+        self.offers: dict[ServiceKey, dict[Kind, tuple[int, ...]]] = {}  # what each served service offers
+        self.kinds: dict[str, dict[Kind, set[str]]] = {}  # namespace -> kind -> services offering it
+        self.owned: dict[Hashable, list[bytes]] = {}  # what a compiled part put in the table
         self.names: set[bytes] = set()  # lower-cased wire names that exist
-        self.listed: dict[str, frozenset[tuple[str, ...]]] = {}  # namespace -> its names (labels), for /explain
         self._browsed: tuple[str, ...] | None = None
 
     def full(self) -> None:
         """Compile everything (the initial sync)."""
-        self.by_ns = {}
-        for ns, name in self.table.store.imports:
-            self.by_ns.setdefault(ns, set()).add(name)
-        for ns in list(self.by_ns):
-            self._compile_namespace(ns)
-        self._compile_browse()
+        self.update(list(self.table.store.imports), ())
 
-    def update(self, services: Iterable[tuple[str, str]], namespaces: Iterable[str]) -> None:
-        """Recompile the namespaces whose services (or existence) changed."""
+    def update(self, services: Iterable[ServiceKey], namespaces: Iterable[str]) -> None:
+        """Recompile what the changed services (and namespaces, whose exposure may have changed) touch."""
         imports = self.table.store.imports
-        touched = set(namespaces)
-        for ns, name in services:
-            touched.add(ns)
-            if (ns, name) in imports:
+        changed = set(services)
+        for ns in namespaces:
+            changed.update((ns, name) for name in self.by_ns.get(ns, ()))
+        touched: dict[str, set[Kind]] = {}
+        for key in changed:
+            ns, name = key
+            if key in imports:
                 self.by_ns.setdefault(ns, set()).add(name)
             elif ns in self.by_ns:
                 self.by_ns[ns].discard(name)
                 if not self.by_ns[ns]:
                     del self.by_ns[ns]
-        for ns in touched:
-            self._compile_namespace(ns)
-        self._compile_browse()
+            touched.setdefault(ns, set()).update(self._offer(key))
+        for ns, kinds in touched.items():
+            offering = self.kinds.get(ns, {})
+            for kind in kinds:
+                members = offering.get(kind)
+                self._swap(("kind", ns, kind), kind_answers(ns, kind, members, self.table.ttl) if members else [])
+            self._swap(("services", ns), services_answers(ns, offering, self.table.ttl) if offering else [])
+        browsed = tuple(sorted(ns for ns in self.by_ns if self.table.namespace_exposed(ns)))
+        if browsed != self._browsed:
+            self._browsed = browsed
+            self._swap(("browse",), browse_answers(browsed, self.table.ttl))
+
+    def _offer(self, key: ServiceKey) -> set[Kind]:
+        """Recompile one service's instances; the kinds whose instance lists change."""
+        ns, name = key
+        svc = self.table.service(ns, name)
+        new = offered(svc) if svc is not None and self.table.namespace_exposed(ns) else {}
+        old = self.offers.pop(key, {})
+        if new:
+            self.offers[key] = new
+        offering = self.kinds.setdefault(ns, {})
+        for kind in old.keys() - new.keys():
+            offering[kind].discard(name)
+            if not offering[kind]:
+                del offering[kind]
+        for kind in new.keys() - old.keys():
+            offering.setdefault(kind, set()).add(name)
+        if not offering:
+            del self.kinds[ns]
+        if new != old:
+            self._swap(("instances", key),
+                       [c for kind, ports in new.items() for c in instance_answers(ns, name, kind, ports, self.table.ttl)])  # fmt: skip
+        return old.keys() ^ new.keys()
 
     def exists(self, lname: bytes) -> bool:
         return lname in self.names
 
     def explain(self, labels: tuple[str, ...]) -> str | None:
         """The /explain reason for a DNS-SD name (labels lower-cased, left of the zone), else None."""
+        rel = encode_labels(labels) if all(0 < len(label) < 64 for label in labels) else None
+        if rel is None or not any(rel + zwire in self.names for zwire in self.table.zones):
+            return None
         if labels == BROWSE:
             return "DNS-SD browsing (--dns-sd): the browse domain list, one PTR per namespace with ServiceImports"
-        if len(labels) >= 2 and labels[-1] == "svc" and labels in self.listed.get(labels[-2], ()):
-            ns = labels[-2]
-            if labels[:3] == SERVICES:
-                return f"DNS-SD browsing (--dns-sd): the service types of namespace {ns}, one PTR per named port of its imports"
-            if len(labels) == 4:
-                return f"DNS-SD browsing (--dns-sd): the instances of {labels[0]}.{labels[1]} in {ns}, one PTR per import with that port"
-            return (f"DNS-SD browsing (--dns-sd): instance of ServiceImport {ns}/{labels[0]} (SRV to its service name "
-                    "and port, empty TXT)")  # fmt: skip
-        return None
+        ns = labels[-2]
+        if labels[:3] == SERVICES:
+            return f"DNS-SD browsing (--dns-sd): the service types of namespace {ns}, one PTR per named port of its imports"
+        if len(labels) == 4:
+            return f"DNS-SD browsing (--dns-sd): the instances of {labels[0]}.{labels[1]} in {ns}, one PTR per import with that port"
+        return (f"DNS-SD browsing (--dns-sd): instance of ServiceImport {ns}/{labels[0]} (SRV to its service name "
+                "and port, empty TXT)")  # fmt: skip
 
-    # ----------------------------------------------------------------- compiling
-
-    def _exposed(self) -> list[str]:
-        return [ns for ns in self.by_ns if self.table.namespace_exposed(ns)]
-
-    def _compile_browse(self) -> None:
-        browsed = tuple(sorted(self._exposed()))
-        if browsed != self._browsed:
-            self._browsed = browsed
-            self._swap("", browse_answers(browsed, self.table.ttl))
-
-    def _compile_namespace(self, ns: str) -> None:
-        if ns not in self.by_ns or not self.table.namespace_exposed(ns):
-            self._swap(ns, [])
-            return
-        services = [s for s in (self.table.service(ns, name) for name in sorted(self.by_ns[ns])) if s is not None]
-        self._swap(ns, namespace_answers(ns, services, self.table.ttl))
-
-    def _swap(self, owner: str, compiled: list[Compiled]) -> None:
+    def _swap(self, owner: Hashable, compiled: list[Compiled]) -> None:
         table = self.table
         for key in self.owned.pop(owner, ()):
             table.answers.pop(key, None)
             self.names.discard(key[:-4])
         keys: list[bytes] = []
-        listed: set[tuple[str, ...]] = set()
         for labels, qtype, ans in compiled:
-            listed.add(labels)
             rel = encode_labels(labels)
             for zwire in table.zones:
                 lname = rel + zwire
@@ -177,9 +192,5 @@ class DnsSd:
                 table.answers[key] = table.render(lname, len(zwire), ans)
                 keys.append(key)
                 self.names.add(lname)
-        self.owned[owner] = keys
-        if owner:
-            self.listed[owner] = frozenset(listed)
-            if not listed:
-                del self.listed[owner]
-
+        if keys:
+            self.owned[owner] = keys
