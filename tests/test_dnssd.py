@@ -156,3 +156,85 @@ def test_explain_names_dns_sd(on):
     doc = explain(on, f"web._http._tcp.demo.svc.{Z}", "SRV")
     assert doc["rcode"] == "NOERROR" and doc["answer"] == [f"web._http._tcp.demo.svc.{Z} 5 IN SRV 0 0 80 web.demo.svc.{Z}"]
     assert doc["reason"].startswith("DNS-SD browsing (--dns-sd): instance of ServiceImport demo/web")
+
+
+def test_incremental_compile_equals_a_fresh_one():
+    """In-process: after every random change the DNS-SD answers the table keeps up to date change by change
+    are exactly what the pure answer functions give for the whole store, compiled into the table."""
+    import random
+
+    import struct
+
+    from mcsdns import dnssd
+    from mcsdns.compile import Service
+    from mcsdns.dnssd import DnsSd
+    from mcsdns.wire import encode_labels
+    from mcsdns.objects import Namespace, to_endpoint_slice, to_service_import
+    from mcsdns.store import Store
+    from mcsdns.table import Table, TableConfig
+
+    config = TableConfig(("clusterset.local",), 5, frozenset({"ns0", "ns1"}), ("127.0.0.1",))
+    ports = [{"name": "http", "protocol": "TCP", "port": 80}, {"name": "dns", "protocol": "UDP", "port": 53},
+             {"name": "grpc", "protocol": "TCP", "port": 9000}]  # fmt: skip
+
+    def table_over(store: Store) -> Table:
+        table = Table(config, store)
+        store.listener = table.on_change
+        table.dnssd = DnsSd(table)
+        return table
+
+    def compiled(table: Table) -> dict:
+        assert table.dnssd is not None
+        return {k: table.answers[k] for keys in table.dnssd.owned.values() for k in keys}
+
+    def reference(store: Store) -> dict:
+        """What the table must hold, straight from the pure functions over the whole store."""
+        table = Table(config, store)
+        kinds: dict[str, dict] = {}
+        out = []
+        for (ns, name), imp in sorted(store.imports.items()):
+            if table.namespace_exposed(ns):
+                for kind, numbers in dnssd.offered(Service(imp, store.service_slices((ns, name)))).items():
+                    kinds.setdefault(ns, {}).setdefault(kind, []).append(name)
+                    out += dnssd.instance_answers(ns, name, kind, numbers, 5)
+        for ns, offering in kinds.items():
+            out += dnssd.services_answers(ns, offering, 5)
+            out += [c for kind, names in offering.items() for c in dnssd.kind_answers(ns, kind, names, 5)]
+        out += dnssd.browse_answers({ns for ns, _ in store.imports if table.namespace_exposed(ns)}, 5)
+        zwire = table.zones[0]
+        return {encode_labels(labels) + zwire + struct.pack(">HH", qtype, 1):
+                table.render(encode_labels(labels) + zwire, len(zwire), ans) for labels, qtype, ans in out}  # fmt: skip
+
+    live = Store()
+    table = table_over(live)
+    for kind in ("Namespace", "ServiceImport", "EndpointSlice"):
+        live.mark_synced(kind)
+    rng = random.Random(5)
+    most = 0
+    for step in range(400):
+        ns, name = f"ns{rng.randrange(3)}", f"s{rng.randrange(5)}"
+        op = rng.random()
+        if op < 0.35:
+            live.apply(to_service_import({"metadata": {"name": name, "namespace": ns}, "spec": {
+                "type": rng.choice(["ClusterSetIP", "Headless"]), "ips": rng.choice([[], ["10.0.0.1"]]),
+                "ports": rng.sample(ports, rng.randrange(4))}}))  # fmt: skip
+        elif op < 0.65:
+            live.apply(to_endpoint_slice({
+                "metadata": {"name": f"{name}-{rng.randrange(2)}", "namespace": ns, "labels": {
+                    "multicluster.kubernetes.io/service-name": name, "multicluster.kubernetes.io/source-cluster": "c1"}},
+                "endpoints": [{"addresses": [f"10.1.0.{i}"], "conditions": {"ready": rng.random() < 0.7}} for i in range(rng.randrange(3))],
+                "ports": rng.sample(ports, rng.randrange(3))}))  # fmt: skip
+        elif op < 0.8:
+            live.delete("ServiceImport", ns, name)
+        elif op < 0.9:
+            live.delete("EndpointSlice", ns, f"{name}-{rng.randrange(2)}")
+        elif op < 0.95:
+            live.apply(Namespace(ns))
+        else:
+            live.delete("Namespace", "", ns)
+        want = reference(live)
+        most = max(most, len(want))
+        assert compiled(table) == want, f"step {step}"
+        assert table.dnssd.names == {k[:-4] for k in want}, f"step {step}"
+        assert all(table.answers[k] == body for k, body in want.items())
+    assert most > 50, "the random walk offered too little to test anything"
