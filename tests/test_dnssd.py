@@ -158,7 +158,7 @@ def test_explain_names_dns_sd(on):
     assert doc["reason"].startswith("DNS-SD browsing (--dns-sd): instance of ServiceImport demo/web")
 
 
-def test_incremental_compile_equals_a_fresh_one():
+def test_answers_kept_change_by_change_equal_the_answer_functions():
     """In-process: after every random change the DNS-SD answers the table keeps up to date change by change
     are exactly what the pure answer functions give for the whole store, compiled into the table."""
     import random
