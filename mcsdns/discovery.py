@@ -253,6 +253,8 @@ class Discovery:
         if rcode == "SERVFAIL" and not table.synced:
             return (f"not synced yet ({self.readiness()[1]}): until every watched resource has been listed, "
                     "a name that does not exist answers SERVFAIL instead of NXDOMAIN")  # fmt: skip
+        if rcode == "REFUSED":
+            return "zone transfers (AXFR/IXFR) are refused, as by CoreDNS without its transfer plugin (decision 8)"
         special = self._special(labels, zname, qtype, tname, rcode)
         if special is not None:
             return special
@@ -281,6 +283,8 @@ class Discovery:
             text = self.table.dnssd.explain(labels)
             if text is not None:
                 return text
+        elif rcode == "NXDOMAIN" and ("_dns-sd" in labels or len(labels) >= 4 and labels[-1] == "svc" and labels[-3][:1] == "_"):
+            return "a DNS-SD browsing name: answered only with --dns-sd (off here, so NXDOMAIN, as CoreDNS answers)"
         if labels == ("dns-version",):
             if qtype == zone.TXT:
                 return f"the MCS DNS schema version CoreDNS answers ({zone.DNS_SCHEMA_VERSION})"

@@ -50,6 +50,8 @@ def test_explain_rejects_bad_questions(contract):
     assert explain(contract, "svc1.testns.svc.clusterset.local")["type"] == "A"
     assert explain(contract, "svc1.testns.svc.clusterset.local", "srv")["rcode"] == "NOERROR"
     assert explain(contract, "svc1.testns.svc.clusterset.local", "TYPE65280")["rcode"] == "NOERROR"
+    axfr = explain(contract, "clusterset.local", "AXFR")
+    assert axfr["rcode"] == "REFUSED" and axfr["reason"].startswith("zone transfers (AXFR/IXFR) are refused")
 
 
 def test_explain_of_a_name_outside_the_zones(contract, tmp_path):

@@ -112,6 +112,7 @@ def test_without_the_flag_browsing_names_answer_as_coredns(on, off):
             reply = off.query(name, qtype)
             assert reply.rcode() == dns.rcode.NXDOMAIN and not reply.answer and not reply.additional, (name, qtype)
             assert [r.rdtype for r in reply.authority] == [dns.rdatatype.SOA]
+    assert explain(off, names[2], "PTR")["reason"].startswith("a DNS-SD browsing name: answered only with --dns-sd")
     # Everything else is the same with and without the flag.
     for name, qtype in [(f"web.demo.svc.{Z}", "A"), (f"db.demo.svc.{Z}", "SRV"), (f"_http._tcp.web.demo.svc.{Z}", "SRV"),
                         (f"demo.svc.{Z}", "PTR"), (f"nothere.demo.svc.{Z}", "A"), (Z, "NS")]:  # fmt: skip
