@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from .admin import Admin
 from .config import Config
+from .discovery import Discovery, Rejection
 from .metrics import Metrics
 from .querylog import QueryLog, chain, errors
 from .resolve import Resolver, RoundRobinResolver
@@ -84,8 +85,13 @@ class App:
             reuse_port=config.workers > 1,
         )
         self.server.on_panic = self.metrics.panic
-        self.admin = Admin(self.registry, self.readiness)
         self.source = self._make_source()
+        if config.dns_sd:
+            from .dnssd import DnsSd
+
+            self.table.dnssd = DnsSd(self.table)
+        self.discovery = Discovery(self.table, self.resolver, self.rejections, self.readiness)
+        self.admin = Admin(self.registry, self.readiness, self.discovery.routes())
         self._tasks: list[asyncio.Task] = []
 
     def _make_source(self):
@@ -111,6 +117,11 @@ class App:
             return True, ""
         status = getattr(self.source, "status", None)
         return False, status() if callable(status) else "not synced"
+
+    def rejections(self) -> list[Rejection]:
+        """The objects the source could not use, and why (for /imports and /explain)."""
+        listed = getattr(self.source, "rejections", None)
+        return [Rejection(*r) for r in listed()] if callable(listed) else []
 
     async def start(self) -> None:
         """Load or start watching, wait for sync (bounded), then open the listeners."""
@@ -158,7 +169,7 @@ class App:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self.admin.close()
+        await self.admin.aclose()
         errors.flush()
         log.info("stopped")
 

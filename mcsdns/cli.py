@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="answer PTR queries for the addresses of this CIDR (repeatable): authoritative for its "
                      "in-addr.arpa/ip6.arpa zones (split on octet/nibble boundaries), PTR for every ClusterSetIP and "
                      "ready headless endpoint address, NXDOMAIN for the rest. Default none: reverse names are forwarded")
+    dns.add_argument("--dns-sd", action="store_true",
+                     help="also answer DNS-SD browsing (RFC 6763): PTR b._dns-sd._udp.<zone> lists the namespaces with "
+                     "imports, PTR _services._dns-sd._udp.<ns>.svc.<zone> their named ports, PTR _<port>._<proto>.<ns>.svc.<zone> "
+                     "the service instances (each with SRV and an empty TXT). Off by default: those names then answer as in CoreDNS")
     dns.add_argument("--max-tcp-connections", metavar="N", type=_int, default=1000,
                      help="open DNS-over-TCP connections at once; beyond it new ones are closed at once")
     dns.add_argument("--tcp-idle-timeout", metavar="DURATION", type=_seconds, default=10.0,
@@ -127,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "Off by default: an upstream that does not preserve case would have every reply dropped")
     ops = s.add_argument_group("operations")
     ops.add_argument("--http-listen", metavar="HOST:PORT", type=_hostport(9153), default=("127.0.0.1", 9153),
-                     help="admin HTTP listener for /health, /ready and /metrics (default 127.0.0.1:9153)")
+                     help="admin HTTP listener for /health, /ready, /metrics, /imports and /explain (default 127.0.0.1:9153; "
+                     "`mcsdns imports` and `mcsdns explain` ask it)")
     ops.add_argument("--lameduck", metavar="DURATION", type=_seconds, default=5.0,
                      help="after SIGTERM, keep answering this long while /ready reports 503 (default 5s)")
     ops.add_argument("--log-level", metavar="LEVEL", default="INFO", type=str.upper,
@@ -144,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the clusterset zone as an RFC 1035 zone file: every record mcsdns would answer, compiled "
         "from manifests (or one list of the Kubernetes API) exactly as `serve` compiles them. Names that exist only "
         "by CoreDNS's rules (pod.<zone>, namespaces without services) have no records and are not printed."))
+    from .client import add_parsers
+
+    add_parsers(sub)  # `imports` and `explain`: clients of a running server's admin API
     return parser
 
 
@@ -181,6 +189,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         loadbalance=args.loadbalance,
         local_cluster=args.local_cluster,
         reverse_cidrs=tuple(args.reverse_cidr),
+        dns_sd=args.dns_sd,
         max_tcp_connections=args.max_tcp_connections,
         tcp_idle_timeout=args.tcp_idle_timeout,
         tcp_max_queries=args.tcp_max_queries,
@@ -204,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         from .zonefile import main as zone_main
 
         return zone_main(args, parser)
+    run = getattr(args, "run", None)
+    if run is not None:  # a client subcommand: no server config
+        return run(args)
     try:
         config = config_from_args(args)
     except ConfigError as exc:

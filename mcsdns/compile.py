@@ -44,14 +44,24 @@ class Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class Absolute:
+    """A record's target name outside the zone it is rendered in, as all its labels (a reverse
+    zone's PTR names a forward-zone name): written out whole. Targets are otherwise labels left of
+    the zone, compressed against the question."""
+
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     """A resource record with its owner relative to the zone (None = the query name as asked)."""
 
     owner: tuple[str, ...] | None
     rtype: int
     ttl: int
-    data: object  # A/AAAA: address text; SRV: (priority, weight, port, target); TXT: str; NS: target;
-    # PTR: the absolute target's labels (reverse zones, --reverse-cidr)
+    # A/AAAA: address text; SRV: (priority, weight, port, target); TXT: str; NS: target;
+    # PTR: target (DNS-SD browsing, --dns-sd) or Absolute (reverse zones, --reverse-cidr)
+    data: object
 
 
 @dataclass(frozen=True, slots=True)

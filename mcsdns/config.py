@@ -45,6 +45,7 @@ class Config:
     # Opt-in extensions (decision 13), off by default so every answer stays CoreDNS's:
     local_cluster: str | None = None  # a cluster id or "auto" (KEP-2149 ClusterProperty): its endpoints first, SRV 0/10
     reverse_cidrs: tuple[str, ...] = ()  # serve PTR for clusterset addresses in these CIDRs' reverse zones
+    dns_sd: bool = False  # DNS-SD browsing names (RFC 6763)
     # DNS over TCP (RFC 7766). A connection costs a socket and a little memory; these bound both.
     max_tcp_connections: int = 1000  # open at once; beyond it a new connection is closed at once
     tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout); also bounds a stalled reader

@@ -107,6 +107,8 @@ class EndpointSlice:
     trigger_time: str | None = None  # last-change-trigger-time, for programming latency
     omitted: tuple[str, ...] = field(default=(), compare=False)  # as ServiceImport.omitted
     changed: str | None = None  # newest managedFields time, for programming latency (ignored by dns_equivalent)
+    # Addresses of endpoints whose `conditions.ready` is false: in no answer, only for /imports and /explain.
+    not_ready: tuple[Address, ...] = ()
 
     def dns_equivalent(self, other: "EndpointSlice | None") -> bool:
         """True when `other` would produce the same answers (trigger time ignored)."""
@@ -328,6 +330,7 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
         raise InvalidObject(f"label {LABEL_SOURCE_CLUSTER}={cluster!r} is not a valid cluster id")
     addresses: list[Address] = []
     omitted: list[str] = []
+    not_ready: list[Address] = []
     ref = f"EndpointSlice {namespace}/{name}"
     not_ips, first_bad = 0, ""
     for i, ep in enumerate(_list(obj, "endpoints", limit=MAX_ENDPOINTS)):
@@ -349,9 +352,8 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
                     first_bad = f"{where}.addresses[{j}] {text!r:.80}"
                 not_ips += 1
                 continue
-            if ready:
-                ip, v6 = parsed
-                addresses.append(Address(ip, v6, endpoint_hostname(hostname, ip)))
+            ip, v6 = parsed
+            (addresses if ready else not_ready).append(Address(ip, v6, endpoint_hostname(hostname, ip)))
     if not_ips:  # one line per slice, not per address: a slice may hold 100k of them
         log.warning("%s: %d address(es) are not IP addresses and are ignored (first: %s)", ref, not_ips, first_bad)
     raw_ports = _list(obj, "ports", limit=MAX_SLICE_PORTS)
@@ -361,6 +363,7 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
     return EndpointSlice(
         namespace, name, service, cluster, tuple(addresses), ports or NO_PORTS,
         trigger if isinstance(trigger, str) else None, omitted=tuple(omitted), changed=changed_at(obj),
+        not_ready=tuple(not_ready),
     )
 
 

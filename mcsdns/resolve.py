@@ -228,6 +228,8 @@ class Resolver:
                                  table.config.ns_addresses)
         else:
             ans = zone.answer(labels, q.qtype, table, table.ttl, table.config.ns_addresses)
+            if ans.nxdomain and table.dnssd is not None and table.dnssd.exists(q.lname):
+                ans = zone.NODATA  # --dns-sd: a browsing name asked for a type it has no records of
         if ans.nxdomain and not table.synced:
             ans = zone.NOT_SYNCED
         body = table.render(q.lname, len(zwire), ans)

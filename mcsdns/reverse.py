@@ -28,7 +28,7 @@ import bisect
 import ipaddress
 from typing import Iterable
 
-from .compile import AAAA, NAME_ERROR, NODATA, NOERROR, NS, NS_NAME, PTR, SOA, A, Answer, Record, Service
+from .compile import AAAA, NAME_ERROR, NODATA, NOERROR, NS, NS_NAME, PTR, SOA, A, Absolute, Answer, Record, Service
 
 MAX_ZONES = 256  # reverse zones in all (one CIDR makes at most 128: a /17 or a /25)
 V4_SUFFIX = ("in-addr", "arpa")
@@ -216,7 +216,7 @@ class PtrIndex:
 
 def ptr_answer(targets: list[Labels], forward_zones: tuple[Labels, ...], ttl: int) -> Answer:
     """The PTR answer of an address: each of its names in each forward zone."""
-    return Answer(NOERROR, tuple(Record(None, PTR, ttl, name + zone) for zone in forward_zones for name in targets))
+    return Answer(NOERROR, tuple(Record(None, PTR, ttl, Absolute(name + zone)) for zone in forward_zones for name in targets))
 
 
 # --------------------------------------------------------------------------- the answer

@@ -166,6 +166,8 @@ class Store:
             key = (obj.namespace, obj.name)
             old = self.slices.get(key)
             if obj.dns_equivalent(old):
+                if old.not_ready != obj.not_ready:  # no answer changes; kept current for /imports and /explain
+                    self.slices[key] = self.by_service[(obj.namespace, obj.service)][obj.name] = obj
                 return  # the stored copy answers the same (only a trigger time, never read again, differs)
             if old is not None and old.service != obj.service:
                 self._unindex(old, changes)

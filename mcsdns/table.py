@@ -23,13 +23,16 @@ import logging
 import struct
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from . import compile as zone
 from . import reverse
 from .compile import Service
 from .store import Changes, ServiceKey, Store
 from .wire import AA, Body, Renderer, encode_labels, soa_record
+
+if TYPE_CHECKING:
+    from .dnssd import DnsSd
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,7 @@ class Table:
         if networks:
             log.info("authoritative for %d reverse zone(s): %s", len(networks),
                      ", ".join(".".join(reverse.zone_labels(n)) for n in networks))
+        self.dnssd: "DnsSd | None" = None  # --dns-sd: compiled along with the services it lists
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
@@ -154,6 +158,8 @@ class Table:
             if self.on_programmed is not None:
                 imp = self.store.imports.get(key)
                 self.on_programmed(key, changes.triggers.get(key), bool(imp and imp.headless))
+        if self.dnssd is not None:
+            self.dnssd.update(services, changes.namespaces)
         self.bump()
         if self.on_stamped is not None:
             for kind, stamp in changes.stamps:
@@ -169,6 +175,8 @@ class Table:
             for key, trigger in triggers.items():
                 imp = self.store.imports.get(key)
                 self.on_programmed(key, trigger, bool(imp and imp.headless))
+        if self.dnssd is not None:
+            self.dnssd.full()
         self.bump()
         log.info("synced: compiled %d services in %.2fs", len(self.store.imports), time.monotonic() - started)
 
@@ -248,8 +256,9 @@ class Table:
         this answers it with a few byte comparisons and one dict lookup instead of the zone logic's
         entry walk. Only the shapes below are decided; anything else (the apex, `svc`/`pod`, a
         namespace, `ns.dns`, `dns-version`, port and per-endpoint names of an existing service, ...)
-        returns False and takes `zone.answer`. The caller checks sync state, class and type (SOA is
-        NODATA everywhere, D5). The branches mirror `names.parse` and `compile._lookup`:
+        returns False and takes `zone.answer`, and so does every DNS-SD browsing name under `--dns-sd`.
+        The caller checks sync state, class and type (SOA is NODATA everywhere, D5), and keeps reverse
+        zones (`--reverse-cidr`) away. The branches mirror `names.parse` and `compile._lookup`:
 
         * 6 or more labels ending in `svc`, or any name whose last label is neither `svc` nor `pod`:
           INVALID (not `dns-version` or `ns.dns`, which `answer` treats first).
@@ -261,6 +270,8 @@ class Table:
           whose cluster id is the empty string could answer, and `objects` makes none (a missing
           label is None, decision 4; an empty one is refused or read as missing).
         """
+        if self.dnssd is not None and self.dnssd.exists(lname):
+            return False  # --dns-sd: a browsing name (NODATA for the types it has no records of)
         starts: list[int] = []
         i = 0
         end = len(lname) - zone_len

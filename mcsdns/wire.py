@@ -18,7 +18,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from .compile import AAAA, NS, PTR, SOA, SRV, TXT, A, Answer, Record
+from .compile import AAAA, NS, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
 
 HEADER = struct.Struct(">HHHHHH")
 U16 = struct.Struct(">H")
@@ -279,7 +279,10 @@ class Renderer:
             text = data.encode()
             rdata = bytes([len(text)]) + text
         elif rtype == PTR:
-            rdata = encode_labels(data) + b"\x00"  # an absolute name in another zone: spelled out whole
+            if isinstance(data, Absolute):  # a reverse zone's PTR names a forward-zone name: spelled out whole
+                rdata = encode_labels(data.labels) + b"\x00"
+            else:  # DNS-SD browsing: a name below the zone, compressed against the question like NS
+                rdata = self.name(data)
         elif rtype == NS:
             rdata = self.name(data)
         else:

@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from serverproc import ROOT, Server
 
 
-def walkthrough() -> list[tuple[str, list[str]]]:
+def walkthrough(title: str = "## A dig walk-through") -> list[tuple[str, list[str]]]:
     text = (ROOT / "README.md").read_text()
-    section = text.split("## A dig walk-through", 1)[1].split("```", 2)[1]
+    section = text.split(title, 1)[1].split("```", 2)[1]
     steps: list[tuple[str, list[str]]] = []
     for line in section.splitlines():
         if line.startswith("$ "):
@@ -47,3 +48,32 @@ def test_readme_dig_examples(server, command, expected):
     got = [re.sub(r"id: \d+", "id: N", line) for line in out.splitlines() if line.strip()]
     want = [re.sub(r"id: \d+", "id: N", line) for line in expected]
     assert sorted(got) == sorted(want)  # record order is unspecified
+
+
+DISCOVERY = "## What is imported here?"
+
+
+def test_discovery_walkthrough_is_not_empty():
+    commands = [command.split()[0] for command, _ in walkthrough(DISCOVERY)]
+    assert {"curl", "mcsdns", "dig"} <= set(commands) and len(commands) >= 6
+
+
+@pytest.fixture(scope="module")
+def dnssd_server():
+    with Server("--dns-sd") as s:
+        yield s
+
+
+@pytest.mark.parametrize("command, expected", walkthrough(DISCOVERY), ids=lambda v: v if isinstance(v, str) else "")
+def test_readme_discovery_examples(dnssd_server, command, expected):
+    """The "What is imported here?" walk-through: curl, `mcsdns imports/explain` (this checkout's) and dig."""
+    for tool in ("curl", "dig"):
+        if command.startswith(tool) and shutil.which(tool) is None:
+            pytest.fail(f"{tool} is not installed (.ci/run installs it)")
+    admin = f"127.0.0.1:{dnssd_server.http_port}"
+    command = command.replace("-p 5353", f"-p {dnssd_server.dns_port}").replace("127.0.0.1:9153", admin)
+    command = re.sub(r"^mcsdns (.*)$", rf"{sys.executable} -m mcsdns \1 --server http://{admin}", command)
+    out = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    got = [line for line in out.stdout.splitlines() if line.strip()]
+    assert sorted(got) == sorted(expected)  # record order is unspecified

@@ -162,6 +162,14 @@ class KubeSource:
             await asyncio.sleep(0.02)
         conn.close()
 
+    def rejections(self) -> list[tuple[str, str, str, str]]:
+        """(kind, namespace, name, reason) of every object the API holds that was rejected."""
+        return [
+            (state.resource.kind, namespace, name, message)
+            for state in self.states.values()
+            for (namespace, name), message in state.rejections.items()
+        ]
+
     # ----------------------------------------------------------------- worker threads
 
     def _pump(self, state: ResourceState) -> None:

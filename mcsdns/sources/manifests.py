@@ -44,6 +44,7 @@ class FileState:
     stamp: tuple[int, int, int] | None = None  # (mtime_ns, size, inode) of the last read
     objects: list[Object] = field(default_factory=list)  # last good objects
     invalid: set[tuple[str, str, str]] = field(default_factory=set)  # (kind, ns, name) rejected this time
+    reasons: dict[tuple[str, str, str], str] = field(default_factory=dict)  # why, for /imports and /explain
     errors: int = 0
     loaded: bool = False  # read and parsed at least once
     problem: str = ""  # why the last read failed, for /ready until the first good read
@@ -161,6 +162,7 @@ class ManifestSource:
             return False
         objects: list[Object] = []
         invalid: set[tuple[str, str, str]] = set()
+        reasons: dict[tuple[str, str, str], str] = {}
         for position, raw in docs:
             kind = raw.get("kind") if isinstance(raw, dict) else None
             if not isinstance(kind, str) or kind not in KINDS:
@@ -177,7 +179,8 @@ class ManifestSource:
                 oid = object_id(raw)
                 if oid is not None:
                     invalid.add(oid)
-        state.objects, state.invalid = objects, invalid
+                    reasons[oid] = str(exc)
+        state.objects, state.invalid, state.reasons = objects, invalid, reasons
         state.loaded, state.problem = True, ""
         log.info("%s: loaded %d objects (%d rejected)", path, len(objects), len(invalid))
         return True
@@ -206,6 +209,10 @@ class ManifestSource:
             if complete:
                 self.store.mark_synced(kind)
         self._synced_once = complete
+
+    def rejections(self) -> list[tuple[str, str, str, str]]:
+        """(kind, namespace, name, reason) of every object the files hold that was rejected."""
+        return [(*oid, reason) for state in self.files.values() for oid, reason in state.reasons.items()]
 
     def status(self) -> str:
         """Why the source is not synced (for /ready): the files never read successfully."""

@@ -1,0 +1,113 @@
+"""/imports, /explain and DNS-SD browsing against the real kube-apiserver (tests/test_discovery.py and
+tests/test_dnssd.py hold the same to the manifests source).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dns.rcode
+import pytest
+import yaml
+
+from cases import MAIN, Z
+from compat.harness import load, unload
+from inspection import assert_explain_agrees, explain, imports
+from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
+from serverproc import FIXTURES
+from testbed import Testbed
+
+pytestmark = pytest.mark.kube
+
+
+def test_explain_agrees_with_dns_for_every_contract_case(testbed: Testbed, tmp_path: Path) -> None:
+    ensure_crd(testbed)
+    objects = [o for o in yaml.safe_load_all((FIXTURES / "contract.yaml").read_text()) if o]
+    load(testbed, objects)
+    try:
+        with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--namespaces", "testns") as server:
+            server.wait_until_ready()
+            eventually(lambda: server.answer(f"svc1.testns.svc.{Z}") == a("10.0.0.1"), 10)
+            for c in MAIN:
+                assert_explain_agrees(server, c)
+    finally:
+        unload(testbed, objects)
+
+
+def test_imports_follow_adds_updates_and_deletes(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
+    """Each change is checked on /imports right after DNS shows it: both read the same table."""
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+        server.wait_until_ready()
+
+        def mine() -> dict:
+            return {e["name"]: e for e in imports(server)["imports"] if e["namespace"] == ns}
+
+        assert mine() == {}
+        testbed.create(service_import(ns, "vip", ["10.9.0.1"]))
+        server.wait_answer(fqdn("vip", ns), "A", a("10.9.0.1"))
+        vip = mine()["vip"]
+        assert (vip["type"], vip["ips"], vip["clusters"]) == ("ClusterSetIP", ["10.9.0.1"], {})
+        assert vip["names"] == [f"{fqdn('vip', ns)}.", f"_http._tcp.{fqdn('vip', ns)}."]
+
+        testbed.patch(f"{MCS}/v1beta1", "ServiceImport", ns, "vip", {"spec": {"ips": ["10.9.0.2"]}})
+        server.wait_answer(fqdn("vip", ns), "A", a("10.9.0.2"))
+        assert mine()["vip"]["ips"] == ["10.9.0.2"]
+
+        testbed.create(service_import(ns, "web", headless=True))
+        testbed.create(endpoint_slice(ns, "web-east", "web", "east", [("10.1.0.1", True), ("10.1.0.2", False)]))
+        server.wait_answer(fqdn("web", ns), "A", a("10.1.0.1"))
+        web = mine()["web"]
+        assert web["clusters"] == {"east": {"ready": 1, "not_ready": 1}}
+        assert f"10-1-0-1.east.{fqdn('web', ns)}." in web["names"]
+        why = explain(server, f"10-1-0-2.east.{fqdn('web', ns)}")
+        assert why["rcode"] == "NXDOMAIN" and why["reason"] == (
+            f"endpoint 10-1-0-2 of cluster east in EndpointSlice {ns}/web-east exists but is not ready")
+
+        # Only the not-ready endpoint changes: no answer changes, /imports follows all the same.
+        testbed.apply(endpoint_slice(ns, "web-east", "web", "east", [("10.1.0.1", True), ("10.1.0.2", False), ("10.1.0.3", False)]))
+        eventually(lambda: mine()["web"]["clusters"] == {"east": {"ready": 1, "not_ready": 2}}, 10)
+
+        testbed.delete(ES_API, "EndpointSlice", ns, "web-east")
+        server.wait_answer(fqdn("web", ns), "A", ("NXDOMAIN", []))
+        assert mine()["web"]["clusters"] == {} and mine()["web"]["names"] == []
+        testbed.delete(f"{MCS}/v1beta1", "ServiceImport", ns, "vip")
+        server.wait_answer(fqdn("vip", ns), "A", ("NXDOMAIN", []))
+        assert set(mine()) == {"web"}
+        assert server.shutdown() < 5
+
+
+def test_rejected_objects_appear_with_their_reason(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    testbed.create(service_import(ns, "my.svc", ["10.9.1.1"]))  # a valid Kubernetes name, but no DNS label
+    testbed.create(service_import(ns, "fine", ["10.9.1.2"]))
+    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+        server.wait_until_ready()
+        doc = imports(server)
+        rejected = [r for r in doc["rejected"] if r["namespace"] == ns]
+        assert [(r["kind"], r["name"]) for r in rejected] == [("ServiceImport", "my.svc")]
+        assert "metadata.name 'my.svc'" in rejected[0]["reason"]
+        assert [e["name"] for e in doc["imports"] if e["namespace"] == ns] == ["fine"]
+        testbed.delete(f"{MCS}/v1beta1", "ServiceImport", ns, "my.svc")
+        eventually(lambda: not [r for r in imports(server)["rejected"] if r["namespace"] == ns], 10)
+
+
+def test_dns_sd_browsing_follows_the_api(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    browse, kinds = f"b._dns-sd._udp.{Z}", f"_services._dns-sd._udp.{ns}.svc.{Z}"
+    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--dns-sd") as server:
+        server.wait_until_ready()
+        assert server.answer(kinds, "PTR") == ("NXDOMAIN", [])
+        testbed.create(service_import(ns, "api", ["10.9.2.1"], port=8080))
+        server.wait_answer(kinds, "PTR", ("NOERROR", [f"_http._tcp.{ns}.svc.{Z}"]))
+        assert f"{ns}.svc.{Z}" in server.answer(browse, "PTR")[1]
+        assert server.answer(f"_http._tcp.{ns}.svc.{Z}", "PTR") == ("NOERROR", [f"api._http._tcp.{ns}.svc.{Z}"])
+        assert server.answer(f"api._http._tcp.{ns}.svc.{Z}", "SRV") == ("NOERROR", [f"0 0 8080 api.{ns}.svc.{Z}"])
+        assert server.answer(f"api._http._tcp.{ns}.svc.{Z}", "TXT") == ("NOERROR", ['""'])
+        testbed.delete(f"{MCS}/v1beta1", "ServiceImport", ns, "api")
+        server.wait_answer(kinds, "PTR", ("NXDOMAIN", []))
+        assert f"{ns}.svc.{Z}" not in server.answer(browse, "PTR")[1]
+        assert server.query(f"api._http._tcp.{ns}.svc.{Z}", "SRV").rcode() == dns.rcode.NXDOMAIN
