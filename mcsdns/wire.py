@@ -322,8 +322,10 @@ class Renderer:
         def fits(rec: Record) -> bool:
             if rec.owner is not None and _wire_len(rec.owner) > room:
                 return False
+            if isinstance(rec.data, Absolute):
+                return _wire_len(rec.data.labels) <= 254  # its own length, whatever the question's zone
             if rec.rtype == PTR:
-                return _wire_len(rec.data) <= 254  # absolute: its own length, whatever the question's zone
+                return _wire_len(rec.data) <= room  # a DNS-SD target below the zone
             return rec.rtype != SRV or _wire_len(rec.data[3]) <= room
 
         if all(fits(rec) for rec in ans.answer) and all(fits(rec) for rec in ans.additional):

@@ -17,7 +17,7 @@ from serverproc import Server
 # What the reason of some contract cases must say (served with --namespaces testns): the cause a user looks for.
 REASONS = {
     "1": "from ServiceImport testns/svc1 (ClusterSetIP): its spec.ips 10.0.0.1",
-    "6": "port http/TCP 80",
+    "6": "port http/tcp 80",  # the fixture writes protocols as CoreDNS's handler_test does
     "8": "from ServiceImport testns/hdls1 (Headless): the ready endpoints of EndpointSlice(s)",
     "10": "but has no IPv6 address",
     "12": "no ServiceImport svc0 in namespace testns",
@@ -31,7 +31,7 @@ REASONS = {
     "43": "from endpoint 172-0-0-2 of cluster cluster1 in EndpointSlice testns/",
     "47": "no namespace nsnoexist",
     "49": "the zone's own SOA record",
-    "D6a": "has no port named https with protocol tcp (its ports: http/TCP 80)",
+    "D6a": "has no port named https with protocol tcp (its ports: http/tcp 80)",
     "D6b": "has no port named http with protocol udp",
     "D22": "pod records are not served",
     "D23": "namespace unexposedns is not served",

@@ -72,7 +72,7 @@ def test_imports_lists_what_dns_answers(contract):
     by_key = {(e["namespace"], e["name"]): e for e in doc["imports"]}
     svc1 = by_key[("testns", "svc1")]
     assert svc1["type"] == "ClusterSetIP" and svc1["ips"] == ["10.0.0.1"]
-    assert svc1["ports"] == [{"name": "http", "protocol": "TCP", "port": 80}]
+    assert svc1["ports"] == [{"name": "http", "protocol": "tcp", "port": 80}]
     assert svc1["names"][:2] == [f"svc1.testns.svc.{Z}", f"_http._tcp.svc1.testns.svc.{Z}"]
     assert f"ep1a.cluster1.svc1.testns.svc.{Z}" in svc1["names"]
     hdls1 = by_key[("testns", "hdls1")]
@@ -199,7 +199,7 @@ def test_cli_imports_and_explain(contract):
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["NAMESPACE", "NAME", "TYPE", "IPS", "PORTS", "CLUSTERS", "READY"]
-    assert ["testns", "svc1", "ClusterSetIP", "10.0.0.1", "80/TCP(http)", "cluster1", "1/1"] in [l.split() for l in lines]
+    assert ["testns", "svc1", "ClusterSetIP", "10.0.0.1", "80/tcp(http)", "cluster1", "1/1"] in [l.split() for l in lines]
     as_json = _cli("imports", "--server", f"127.0.0.1:{contract.http_port}", "-o", "json")
     assert json.loads(as_json.stdout) == imports(contract)
     one = _cli("imports", "--server", server, "-n", "kube-system").stdout.splitlines()
