@@ -63,12 +63,20 @@ def main(argv: list[str] | None = None) -> int:
                         "(server x mix) it did not measure; a re-measured cell records the one it replaced")
     p = sub.add_parser("report", help="re-render a results directory from its results.json")
     p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_OUT)
+    p.add_argument("--readme", type=Path, default=None, metavar="README",
+                   help="also rewrite README's generated benchmark summary (targets table) from DIR/results.json")
     args = parser.parse_args(argv)
 
     if args.command == "report":
         results = json.loads((args.dir / "results.json").read_text())
         for path in report.render(results, args.dir):
             print(path)
+        if args.readme is not None:
+            if not report.update_readme(results, args.readme):
+                print(f"{args.readme}: no generated block ({report.README_BEGIN!r} ... {report.README_END!r})",
+                      file=sys.stderr)
+                return 1
+            print(args.readme)
         return 0
 
     common = dict(
