@@ -121,8 +121,8 @@ def busy_seconds(cpus: list[int], irq: bool | None = None) -> float:
     Subtract a process's utime+stime from this to get what *other* processes took on its CPU; for
     that, irq and softirq must be counted exactly when the kernel charges them to tasks too (`irq`
     defaults to `IRQ_IN_TASKS`). Counting them only on one side masks other processes: with tick
-    accounting the server's stime includes its softirq share (~30-40% of a DNS server's CPU on
-    loopback), so leaving irq out of this sum hid up to that much foreign work on the server's core.
+    accounting the server's stime includes its softirq share (a large part of a DNS server's CPU
+    on loopback), so leaving irq out of this sum hid up to that much foreign work on the server's core.
     """
     if irq is None:
         irq = IRQ_IN_TASKS
