@@ -13,10 +13,13 @@ Method (docs/performance.md explains why):
    during that step.
 3. Latency: one more run at 50% of that rate with `dnsperf -v`, which prints
    every query's latency; p50/p99/p99.9 are computed from those samples.
-4. What limited the rate: at the failing steps above the best pass, was the
-   server's core saturated (`server`), or dnsperf's while the server's was not
-   (`load generator`: the figure is the generator's limit, not the server's)?
-   If no step failed, the limit was `not reached` (the figure is a lower bound).
+4. What limited the rate: at the failing step above the best pass that got
+   the most answers, was the server's core saturated (`server`)? If not, and
+   dnsperf's was, or dnsperf fell short of the asked rate while losing nothing
+   (it could not send faster; the server had CPU to spare), the figure is the
+   `load generator`'s limit, a lower bound of the server's. A loss with neither
+   core saturated is `unclear` (a stalled server, or another process); no
+   failing step at all: `not reached` (a lower bound).
 
 The answer checker (checker.py) runs beside dnsperf for the whole measurement.
 """
@@ -26,6 +29,8 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -53,6 +58,11 @@ class Run:
     latencies: list[float] | None = None  # seconds, per completed query (verbose runs)
     cpu: float = 0.0  # server CPU seconds during the run
     gen_cpu: float = 0.0  # dnsperf's CPU seconds during the run
+    wall: float = 0.0  # seconds from starting dnsperf until it exited (start-up and the final timeout included)
+    # CPU seconds per second of the server and of dnsperf while dnsperf was sending (from 20% to 90% of
+    # its run): its start-up and its final wait for late replies left out.
+    server_busy: float = 0.0
+    gen_busy: float = 0.0
 
     @property
     def loss(self) -> float:
@@ -99,16 +109,27 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
     from .servers import prefix
 
     argv = prefix(cpu) + argv
-    before, gen0 = (meter() if meter else 0.0), _children_cpu()
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + timeout + 30)
-    except subprocess.TimeoutExpired:  # seen once under heavy machine load: count as a failed step
+    before, gen0, wall0 = (meter() if meter else 0.0), _children_cpu(), time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outputs: list[str] = []
+    reader = threading.Thread(target=lambda: outputs.extend(proc.communicate()), daemon=True)
+    reader.start()  # dnsperf -v writes a line per query: its pipe is drained while the busy shares are read
+    busy = _busy_window(proc, wall0, seconds, meter) if meter else None
+    reader.join(seconds + timeout + 30)
+    if reader.is_alive():  # seen once under heavy machine load: count as a failed step
+        proc.kill()
+        reader.join()
         return Run(rate=rate, latencies=[] if verbose else None)
-    after = meter() if meter else 0.0
+    after, wall = (meter() if meter else 0.0), time.monotonic() - wall0
+    proc = subprocess.CompletedProcess(argv, proc.returncode, *outputs)
     out = proc.stdout
     if proc.returncode != 0 and "Queries sent" not in out:
         raise RuntimeError(f"dnsperf failed ({proc.returncode}): {proc.stderr.strip() or out[-500:]}")
-    run = Run(rate=rate, cpu=after - before, gen_cpu=_children_cpu() - gen0)
+    run = Run(rate=rate, cpu=after - before, gen_cpu=_children_cpu() - gen0, wall=wall)
+    if busy is not None:
+        run.server_busy, run.gen_busy = busy
+    else:
+        run.server_busy, run.gen_busy = run.cpu / max(wall, 1e-9), run.gen_cpu / max(wall, 1e-9)
     run.sent = int(_grab(r"Queries sent:\s+(\d+)", out))
     run.completed = int(_grab(r"Queries completed:\s+(\d+)", out))
     run.lost = int(_grab(r"Queries lost:\s+(\d+)", out))
@@ -128,6 +149,22 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
                     pass
         run.latencies = lat
     return run
+
+
+def _busy_window(proc: subprocess.Popen, start: float, seconds: float,
+                 meter: Callable[[], float]) -> tuple[float, float] | None:
+    """(server, dnsperf) CPU seconds per second from 20% to 90% of a run; None if dnsperf exited first."""
+    from . import procstat
+
+    samples = []
+    for at in (0.2, 0.9):
+        time.sleep(max(0.0, start + at * seconds - time.monotonic()))
+        if proc.poll() is not None:
+            return None
+        samples.append((time.monotonic(), meter(), procstat.cpu_seconds([proc.pid])))
+    (t0, s0, g0), (t1, s1, g1) = samples
+    span = max(t1 - t0, 1e-9)
+    return (s1 - s0) / span, (g1 - g0) / span
 
 
 def _grab(pattern: str, text: str) -> float:
@@ -224,9 +261,8 @@ def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | No
 
 
 def _step(run: Run, cores: tuple[int, int]) -> tuple[float, float, float, bool, float, float]:
-    seconds = max(run.seconds, 1e-9)
-    return (run.rate or 0.0, run.qps, run.loss, run.passed, round(run.cpu / seconds / cores[0], 3),
-            round(run.gen_cpu / seconds / cores[1], 3))
+    return (run.rate or 0.0, run.qps, run.loss, run.passed, round(run.server_busy / cores[0], 3),
+            round(run.gen_busy / cores[1], 3))
 
 
 def limit_of(steps: list[tuple], best_rate: float) -> str:
@@ -237,7 +273,7 @@ def limit_of(steps: list[tuple], best_rate: float) -> str:
     top = max(above, key=lambda s: s[1])
     if top[4] >= SATURATED:
         return "server"
-    if top[5] >= SATURATED:
+    if top[5] >= SATURATED or top[2] < LOSS_LIMIT:
         return "load generator"
     return "unclear"
 

@@ -360,10 +360,10 @@ def markdown(results: dict) -> str:
             lines += ["", f"† other processes used more than {NOISY:.0%} of the server's (or dnsperf's) CPU during this measurement "
                       "(machine not quiet): re-run these on a quiet machine: "
                       + ", ".join(f"{name(s)}/{mix} ({v:.0%})" for mix, s, v in noisy_cells)]
-        lines += ["", "‡ limited by the load generator: at the failing steps dnsperf's core was saturated and the "
-                  f"server's was not (below {SATURATED:.0%}), so the server's capacity is higher; ° no step failed "
-                  "(the limit was not reached: a lower bound); ? a step failed with neither core saturated. "
-                  "CPU per query (below) is comparable in every case."]
+        lines += ["", f"‡ limited by the load generator: at the failing step the server's core was below {SATURATED:.0%} "
+                  "busy while dnsperf's was saturated, or dnsperf sent less than asked and nothing was lost, so the "
+                  "server's capacity is higher; ° no step failed (the limit was not reached: a lower bound); ? a step "
+                  "lost queries with neither core saturated. CPU per query (below) is comparable in every case."]
         if any((_get(results, m, x) or {}).get("check") for m in mixes for x in servers):
             lines += ["", "Answers checked under load (the checker beside dnsperf; see docs/performance.md), "
                       "checked / wrong / unanswered:", ""]

@@ -72,7 +72,9 @@ def test_limit_of_a_rate() -> None:
     passed = (50_000, 49_900, 0.0, True, 0.6, 0.5)
     assert load.limit_of([passed], 50_000) == "not reached"
     assert load.limit_of([passed, (60_000, 52_000, 0.01, False, 0.97, 0.7)], 50_000) == "server"
-    assert load.limit_of([passed, (60_000, 52_000, 0.0, False, 0.6, 0.99)], 50_000) == "load generator"
+    assert load.limit_of([passed, (60_000, 52_000, 0.01, False, 0.6, 0.99)], 50_000) == "load generator"
+    # dnsperf fell short of the asked rate, nothing was lost, the server had CPU to spare.
+    assert load.limit_of([passed, (60_000, 52_000, 0.0, False, 0.6, 0.5)], 50_000) == "load generator"
     assert load.limit_of([passed, (60_000, 52_000, 0.01, False, 0.5, 0.5)], 50_000) == "unclear"
     assert load.limit_of([(40_000, 39_000, 0.0, False, 0.99, 0.2), passed], 50_000) == "not reached"
 
