@@ -440,6 +440,7 @@ class Suite:
                                            steps=o.scale_steps, latency_seconds=o.scale_step_seconds,
                                            timeout=o.timeout, server_cpus=s.cpu, delay=s.run_delay)
                     row[label]["max_qps"] = round(cap.max_qps)
+                    row[label]["limit"] = cap.limit
                     row[label]["interference"] = cap.interference
                     row[label]["load_interference"] = cap.load_interference
                     row[label]["run_delay"] = cap.run_delay
