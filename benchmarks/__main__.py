@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="query lines of the random-case and random-subdomain mixes (more than any reply cache holds)")
     r.add_argument("--check-rate", type=float, default=suite.Options.check_rate,
                    help="answer checker queries per second beside dnsperf (0 = no checker; a wrong answer fails the run)")
+    r.add_argument("--edns", choices=("large", "all", "none"), default=suite.Options.edns,
+                   help="EDNS in the queries: only for mixes whose answers exceed 512 bytes (a pod's resolver sends "
+                        "none), every mix (as the earlier suite did), or none")
     r.add_argument("--retries", type=int, default=1,
                    help="re-measure a server x mix this often when other processes took >5%% of the server's CPU")
     r.add_argument("--quiet-wait", type=float, default=30.0,
@@ -83,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         servers=args.servers, extra_variants=args.variants, mixes=args.mixes, workers=args.workers,
         server_cpu=args.server_cpu or None, load_cpu=args.load_cpu or None, skip_throughput=args.skip_throughput,
         skip_scale=args.skip_scale, skip_propagation=args.skip_propagation, keep_workdir=args.keep_workdir,
+        edns=args.edns,
     )
     if not args.smoke or args.check_rate != suite.Options.check_rate:
         common.update(check_rate=args.check_rate)

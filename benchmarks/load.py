@@ -224,7 +224,7 @@ class Capacity:
 def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
             server_cpus: str | None = None, delay: Callable[[], float] | None = None,
-            checker: "Checker | None" = None) -> Capacity:
+            checker: "Checker | None" = None, edns: bool = True) -> Capacity:
     """Max sustained rate, CPU per 100k and latency at half of it (module docstring), with an
     interference check and, when given, the answer `checker` running throughout."""
     import time
@@ -242,7 +242,7 @@ def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | No
         checker.start()
     try:
         cap = _measure(port, qfile, meter=meter, cpu=cpu, probe_seconds=probe_seconds, step_seconds=step_seconds,
-                       steps=steps, latency_seconds=latency_seconds, timeout=timeout, cores=shares)
+                       steps=steps, latency_seconds=latency_seconds, timeout=timeout, cores=shares, edns=edns)
     finally:
         if checker is not None:
             cap_check = checker.stop()
@@ -280,11 +280,11 @@ def limit_of(steps: list[tuple], best_rate: float) -> str:
 
 def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
              step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
-             cores: tuple[int, int] = (1, 1)) -> Capacity:
+             cores: tuple[int, int] = (1, 1), edns: bool = True) -> Capacity:
     cap = Capacity()
     if steps == 0:  # smoke: one verbose run at a modest fixed rate proves the path works, measures nothing
         run = dnsperf(port, qfile, seconds=step_seconds, rate=2000, outstanding=200, verbose=True, cpu=cpu,
-                      meter=meter, timeout=timeout)
+                      meter=meter, timeout=timeout, edns=edns)
         cap.max_qps = cap.probe_qps = run.qps
         cap.cpu_per_100k = run.cpu_per_100k
         values = run.latencies or []
@@ -295,13 +295,13 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
         if not run.completed:
             cap.error = "no answers"
         return cap
-    probe = dnsperf(port, qfile, seconds=probe_seconds, cpu=cpu, meter=meter, timeout=timeout)
+    probe = dnsperf(port, qfile, seconds=probe_seconds, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
     cap.probe_qps = probe.qps
     best: Run | None = None
     low_fail = None
     rate = max(100.0, probe.qps * 0.9)
     for _ in range(steps):
-        run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, cpu=cpu, meter=meter, timeout=timeout)
+        run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
         cap.steps.append(_step(run, cores))
         if run.passed:
             if best is None or run.qps > best.qps:
@@ -313,7 +313,7 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
             rate = (best.rate + low_fail) / 2 if best is not None else rate * 0.7
     if best is None:  # keep going down until something passes (bounded)
         for _ in range(6):
-            run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, cpu=cpu, meter=meter, timeout=timeout)
+            run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
             cap.steps.append(_step(run, cores))
             if run.passed:
                 best = run
@@ -327,7 +327,7 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
     cap.limit = limit_of(cap.steps, best.rate or 0.0)
     rate = best.qps * 0.5
     lat = dnsperf(port, qfile, seconds=latency_seconds + WARMUP, rate=rate, outstanding=1000, verbose=True,
-                  cpu=cpu, meter=meter, timeout=timeout)
+                  cpu=cpu, meter=meter, timeout=timeout, edns=edns)
     values = (lat.latencies or [])[int(rate * WARMUP):]  # dnsperf's own start-up is not the server's latency
     cap.p50, cap.p99, cap.p999 = (percentile(values, q) for q in (0.50, 0.99, 0.999))
     cap.latency_loss = lat.loss

@@ -70,6 +70,17 @@ def base_mix(mix: str) -> str:
     return mix[: -len(CASE)] if mix.endswith(CASE) else mix
 
 
+def needs_edns(mix: str) -> bool:
+    """Whether the mix's answers need EDNS (more than 512 bytes: the 100-endpoint headless service).
+
+    The other mixes are sent as a pod's resolver sends them (glibc and musl: no EDNS unless
+    `options edns0`); those plain queries are also what mcsdns's case-folded cache and its
+    parse-free lane take. The `realistic` mixes ask for the 100-endpoint service too: without EDNS
+    every server answers those with TC set (a resolver would retry over TCP).
+    """
+    return base_mix(mix) == "headless100_a"
+
+
 def cached(mix: str) -> bool:
     """Whether the mix repeats few enough packets for a reply cache to hold them all."""
     return mix in BASE_MIXES
@@ -187,5 +198,5 @@ def probe_name(spec: Spec) -> str:
     return svc_name(spec, spec.imports - 1) if spec.imports else headless_name(spec.headless[0])
 
 
-__all__ = ["MIXES", "BASE_MIXES", "DESCRIPTIONS", "base_mix", "cached", "build", "write", "read", "probe_name", "vip6",
+__all__ = ["MIXES", "BASE_MIXES", "DESCRIPTIONS", "base_mix", "needs_edns", "cached", "build", "write", "read", "probe_name", "vip6",
            "HEADLESS_NS"]

@@ -117,7 +117,7 @@ FAIR_TARGETS = (
 
 
 def fair_targets(results: dict) -> list[dict]:
-    """The targets of issue 11 (the fair comparison), measured value and met (None: not measured).
+    """The targets of the fair comparison, measured value and met (None: not measured).
 
     Every comparison with CoreDNS takes its better setting per mix (`coredns_best`); CPU per query
     is the server's CPU seconds per 100k queries at its max rate.
@@ -182,7 +182,7 @@ def fair_targets(results: dict) -> list[dict]:
 
 
 def targets_markdown(results: dict) -> list[str]:
-    """The issue-11 targets as a markdown table (results.md and the README show this same table)."""
+    """The fair comparison's targets as a markdown table (results.md and the README show this same table)."""
     lines = ["| Target | Measured | Met |", "|---|---|---|"]
     for item in fair_targets(results):
         met = "not measured" if item["met"] is None else ("yes" if item["met"] else "**no**")
@@ -249,9 +249,8 @@ def update_readme(results: dict, readme: Path) -> bool:
 
 
 def targets(results: dict) -> list[dict]:
-    """Each target of issue 5 with the measured value and whether it is met (None: not measured).
-
-    Its ratios with CoreDNS take CoreDNS's better setting per mix, like every ratio here."""
+    """Each performance target (docs/performance.md, "Targets") with the measured value and whether it is met (None: not measured)."""
+    # Its ratios with CoreDNS take CoreDNS's better setting per mix, like every ratio here (`ratio`).
     out: list[dict] = []
 
     def add(name: str, value: str, met: bool | None, note: str = "") -> None:
@@ -322,7 +321,7 @@ def markdown(results: dict) -> str:
         f"- Date: {env.get('date', '?')}; commit {env.get('commit', '?')}; run took {env.get('seconds', '?')} s"
         + (" (**smoke run: numbers are meaningless**)" if env.get("smoke") else ""),
         f"- Command: `{env.get('command', 'python -m benchmarks run')}`",
-        *(["- **This run predates the fair suite** (issue 11: no off-cache mixes, CoreDNS without `cache` only, Knot "
+        *(["- **This run predates the fair suite** (no off-cache mixes, CoreDNS without `cache` only, Knot "
            "with one worker per CPU and the system socket buffer, no answer checker): its ratios are not the fair "
            "comparison"] if results.get("throughput") and not fair(results) else []),
         *([f"- Sections {', '.join(env['merged']['sections'])} are from the run of {env['merged']['from']} "
@@ -445,13 +444,13 @@ def markdown(results: dict) -> str:
                          f"{_f(es.get('p50_ms'), '{:.1f}')} / {_f(es.get('p99_ms'), '{:.1f}')} |")
         lines.append("")
     if results.get("throughput"):
-        lines += ["## Targets (issue 11: the fair comparison)", "",
+        lines += ["## Targets: the fair comparison", "",
                   "Against CoreDNS at its better setting per mix (with or without `cache 30`); CPU per query at the "
                   "max rate. The README shows this same table (`python -m benchmarks report DIR --readme README.md`).",
                   ""] + targets_markdown(results) + [""]
     t = targets(results)
     if t:
-        lines += ["## Targets (issue 5)", "", "| Target | Measured | Met |", "|---|---|---|"]
+        lines += ["## Targets", "", "| Target | Measured | Met |", "|---|---|---|"]
         for item in t:
             met = "n/a" if item["met"] is None else ("yes" if item["met"] else "**no**")
             lines.append(f"| {item['target']} | {item['measured']} | {met} |")

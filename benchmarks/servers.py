@@ -4,8 +4,7 @@
 * `CoreDns`: the testbed's trimmed CoreDNS 1.14.x, `kubernetes` plugin with
   `multicluster`, reading the testbed's kube-apiserver (the Corefile of
   shared/spec/k8s-testbed.md, bound to 127.0.0.1).
-* `Knot`: knotd with a static zone file, one UDP worker (one thread answers, as
-  mcsdns's one event loop does) and mcsdns's UDP receive buffer.
+* `Knot`: knotd with a static zone file.
 
 Every process is stopped by its PID (SIGTERM, then SIGKILL), and the kernel
 kills it if the suite itself dies (PR_SET_PDEATHSIG).
@@ -274,7 +273,11 @@ class CoreDns(Server):
 
 
 class Knot(Server):
+    """knotd set up like mcsdns: one UDP worker (one thread answers, as mcsdns's one event loop does),
+    mcsdns's UDP receive buffer, answers up to 4,096 bytes like the other servers."""
+
     kind = "knot"
+    rcvbuf_matched: bool | None = None
 
     def __init__(self, label: str, workdir: Path, cpu: str | None = None, *, zonefile: Path) -> None:
         super().__init__(label, workdir, cpu)
@@ -282,8 +285,9 @@ class Knot(Server):
         self.rundir = workdir / f"{label}-run"
 
     def start(self, probe: str, timeout: float = 120.0) -> float:
-        """Start with mcsdns's UDP receive buffer (see `rmem_default`)."""
-        with rmem_default(mcsdns_rcvbuf()):
+        """Start with mcsdns's UDP receive buffer (see `rmem_default`); `rcvbuf_matched` says if it was set."""
+        with rmem_default(mcsdns_rcvbuf()) as setting:
+            self.rcvbuf_matched = setting.applied
             return super().start(probe, timeout)
 
     def argv(self) -> list[str]:

@@ -27,9 +27,10 @@ from typing import Any
 import dns.message
 import dns.rcode
 
-from . import apiload, checker, dataset, load, procstat, queries
+from . import apiload, dataset, load, procstat, queries
 from .dataset import ES_API, MCS_API, Spec
 from .servers import CoreDns, Knot, Mcsdns, Server
+from .checker import Checker, Expected, Tally
 
 # CoreDNS twice: without cache (the test-bed spec's Corefile) and with `cache 30`, as most clusters ship
 # it; every ratio compares with the better of the two per mix (report.py).
@@ -75,6 +76,9 @@ class Options:
     timeout: float = 1.0
     uncached_lines: int = queries.UNCACHED_LINES  # lines of the random-case and random-subdomain mixes
     check_rate: float = 300.0  # answer checker queries per second beside dnsperf (0: no checker)
+    # EDNS in the queries: "large" only where answers exceed 512 bytes (queries.needs_edns; the others
+    # as a pod's resolver sends them), "all" (as the earlier suite did), "none"
+    edns: str = "large"
     retries: int = 1  # re-measure a server x mix this often while other processes disturbed it (keep the cleanest)
     quiet_wait: float = 30.0  # before each measurement, wait up to this long for the server's CPU to be idle
     skip_throughput: bool = False
@@ -265,7 +269,7 @@ class Suite:
         qdir.mkdir(exist_ok=True)
         qfiles = {mix: queries.write(mix, spec, qdir, o.uncached_lines) for mix in o.mixes}
         qlines = {mix: queries.read(path) for mix, path in qfiles.items()}
-        expected = checker.Expected(spec)
+        expected = Expected(spec)
         if any(label == "mcsdns-api" or label.startswith("coredns") for label in [*o.servers, *o.extra_variants]):
             self.load_api(spec)
         probe = queries.probe_name(spec)
@@ -277,18 +281,20 @@ class Suite:
                 time.sleep(0.5 if o.smoke else 2.0)
                 info = {"kind": server.kind, "ready_seconds": round(ready, 3), "rss_mb": round(server.rss_mb(), 1),
                         "pinned": server.cpu, "workers": getattr(server, "workers", None),
-                        "udp_rcvbuf": server.rcvbuf(), "cache": getattr(server, "cache", None)}
+                        "udp_rcvbuf": server.rcvbuf(), "cache": getattr(server, "cache", None),
+                        "udp_rcvbuf_matched": getattr(server, "rcvbuf_matched", None)}
                 self.results["servers"][label] = info
                 for mix in o.mixes:
-                    cap, attempts, tally = None, [], checker.Tally()
+                    cap, attempts, tally = None, [], Tally()
+                    edns = o.edns == "all" or (o.edns == "large" and queries.needs_edns(mix))
                     for attempt in range(1 + o.retries):
                         waited = wait_quiet(server.cpu, o.quiet_wait)
-                        check = (checker.Checker(server.port, qlines[mix], expected, rate=o.check_rate, timeout=o.timeout)
-                                 if o.check_rate > 0 else None)
+                        check = (Checker(server.port, qlines[mix], expected, rate=o.check_rate, timeout=o.timeout,
+                                                 edns=edns) if o.check_rate > 0 else None)
                         got = load.measure(server.port, qfiles[mix], meter=server.cpu_seconds, cpu=o.load_cpu,
                                            probe_seconds=o.probe_seconds, step_seconds=o.step_seconds, steps=o.steps,
                                            latency_seconds=o.latency_seconds, timeout=o.timeout, server_cpus=server.cpu,
-                                           delay=server.run_delay, checker=check)
+                                           delay=server.run_delay, checker=check, edns=edns)
                         got.attempts, got.waited_for_quiet = attempt + 1, round(waited, 1)
                         attempts.append(got.summary())
                         if check is not None:
@@ -303,6 +309,7 @@ class Suite:
                     cap.check = asdict(tally) if o.check_rate > 0 else None
                     cell = asdict(cap)
                     cell["run"] = {k: self.results["environment"].get(k) for k in ("date", "command", "commit")}
+                    cell["edns"] = edns
                     self.results["throughput"].setdefault(mix, {})[label] = cell
                     log(f"{label:>11} {mix:<14} max {cap.max_qps:9.0f} qps ({cap.limit})  p99 {_us(cap.p99)}  "
                         f"cpu/100k {cap.cpu_per_100k or 0:.2f}s  noise {cap.interference}/{cap.load_interference} runq {cap.run_delay}  rcodes {cap.rcodes}"
@@ -438,7 +445,8 @@ class Suite:
                         cap = load.measure(s.port, qfile, meter=s.cpu_seconds, cpu=o.load_cpu,
                                            probe_seconds=o.probe_seconds, step_seconds=o.scale_step_seconds,
                                            steps=o.scale_steps, latency_seconds=o.scale_step_seconds,
-                                           timeout=o.timeout, server_cpus=s.cpu, delay=s.run_delay)
+                                           timeout=o.timeout, server_cpus=s.cpu, delay=s.run_delay,
+                                           edns=o.edns == "all")  # the A mix: as a pod's resolver asks
                     row[label]["max_qps"] = round(cap.max_qps)
                     row[label]["limit"] = cap.limit
                     row[label]["interference"] = cap.interference
@@ -480,7 +488,7 @@ class Suite:
 
     # -- driver ----------------------------------------------------------- #
 
-    def wrong_answers(self, label: str, mix: str, tally: checker.Tally) -> None:
+    def wrong_answers(self, label: str, mix: str, tally: Tally) -> None:
         """A wrong reply under load fails the run (exit 1): it is listed under Errors in results.md."""
         message = (f"{tally.wrong} wrong answers of {tally.checked} checked under load: "
                    + "; ".join(tally.examples))

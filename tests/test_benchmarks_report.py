@@ -64,7 +64,22 @@ def test_checker_flags_wrong_answers() -> None:
     assert "answer record" in checker.verdict(EXPECTED, name, "A", reply(name, "A", records=["10.96.0.1"], owner="x." + name))
     truncated = reply(name, "A", records=["10.96.0.1"])
     truncated.flags |= dns.flags.TC
-    assert checker.verdict(EXPECTED, name, "A", truncated) == "truncated"
+    assert checker.verdict(EXPECTED, name, "A", truncated) == "truncated"  # asked with EDNS: everything fits
+
+
+def test_checker_takes_a_truncated_reply_to_a_query_without_edns() -> None:
+    hl = "hl-10.bench-hl.svc.clusterset.local"
+    part = reply(hl, "A", records=["10.64.160.0", "10.64.160.1"])  # 2 of the 10 addresses, TC set
+    part.flags |= dns.flags.TC
+    assert checker.verdict(EXPECTED, hl, "A", part, edns=False) is None
+    empty = reply(hl, "A")
+    empty.flags |= dns.flags.TC
+    assert checker.verdict(EXPECTED, hl, "A", empty, edns=False) is None
+    wrong = reply(hl, "A", records=["10.64.160.0", "10.9.9.9"])
+    wrong.flags |= dns.flags.TC
+    assert "answer data differs" in checker.verdict(EXPECTED, hl, "A", wrong, edns=False)
+    # Without TC a partial answer is wrong whatever was asked.
+    assert "answer data differs" in checker.verdict(EXPECTED, hl, "A", reply(hl, "A", records=["10.64.160.0"]), edns=False)
 
 
 def test_limit_of_a_rate() -> None:

@@ -47,9 +47,10 @@ def test_benchmark_smoke(testbin: Path, tmp_path: Path) -> None:
     results = json.loads((out / "results.json").read_text())
     assert results["errors"] == []
     assert "coredns-cache30" in SERVERS and results["servers"]["coredns-cache30"]["cache"] == 30
-    # Knot answers from one UDP worker with mcsdns's receive buffer (when the suite may set it: root).
-    if os.geteuid() == 0:
-        assert results["servers"]["knot"]["udp_rcvbuf"] == results["servers"]["mcsdns"]["udp_rcvbuf"]
+    # Knot answers with mcsdns's receive buffer, where the suite could set it (as root).
+    knot = results["servers"]["knot"]
+    if knot["udp_rcvbuf_matched"]:
+        assert knot["udp_rcvbuf"] == results["servers"]["mcsdns"]["udp_rcvbuf"]
     for mix in MIXES:
         for server in SERVERS:
             got = results["throughput"][mix][server]
@@ -70,9 +71,9 @@ def test_benchmark_smoke(testbin: Path, tmp_path: Path) -> None:
         assert row[server]["sync_seconds"] > 0 and row[server]["rss_mb"] > 0
     assert row["mcsdns-api"]["relist_peak_mb"] > 0
     md = (out / "results.md").read_text()
-    assert "## Throughput and latency" in md and "## Targets (issue 5)" in md and "## Scale" in md
-    assert "## Targets (issue 11: the fair comparison)" in md and "Answers checked under load" in md
+    assert "## Throughput and latency" in md and "## Targets" in md and "## Scale" in md
     assert (out / "results.csv").read_text().count("\n") == 1 + len(MIXES) * len(SERVERS)
+    assert "## Targets: the fair comparison" in md and "Answers checked under load" in md
     try:
         import matplotlib  # noqa: F401
     except ImportError:
