@@ -250,7 +250,6 @@ def update_readme(results: dict, readme: Path) -> bool:
 
 def targets(results: dict) -> list[dict]:
     """Each performance target (docs/performance.md, "Targets") with the measured value and whether it is met (None: not measured)."""
-    # Its ratios with CoreDNS take CoreDNS's better setting per mix, like every ratio here (`ratio`).
     out: list[dict] = []
 
     def add(name: str, value: str, met: bool | None, note: str = "") -> None:
