@@ -477,7 +477,7 @@ def write_csv(results: dict, out: Path) -> list[Path]:
         with p.open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["mix", "server", "max_qps", "probe_qps", "p50_us", "p99_us", "p999_us", "cpu_s_per_100k",
-                        "ratio_coredns", "ratio_knot", "rcodes", "error", "limit", "checked", "wrong"])
+                        "ratio_coredns_better", "ratio_knot", "rcodes", "error", "limit", "checked", "wrong"])
             for mix in _mixes(results):
                 for s in servers:
                     d = _get(results, mix, s)
@@ -493,7 +493,7 @@ def write_csv(results: dict, out: Path) -> list[Path]:
     if results.get("scale"):
         p = out / "scale.csv"
         keys = ["sync_seconds", "rss_mb", "steady_rss_mb", "relist_peak_mb", "relist_peak_ratio", "change_p50_ms",
-                "change_max_ms", "max_qps", "p99_us", "cpu_per_100k", "rss_mb_after_load"]
+                "change_max_ms", "max_qps", "p99_us", "cpu_per_100k", "rss_mb_after_load", "limit"]
         with p.open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["imports", "server", *keys])
@@ -534,7 +534,7 @@ def plots(results: dict, out: Path) -> list[str]:
     if mixes and servers:
         for fname, key, scale, ylabel in (("throughput.png", "max_qps", 1e-3, "max sustained rate (k queries/s)"),
                                           ("latency_p99.png", "p99", 1e3, "p99 latency at 50% load (ms)")):
-            fig, ax = plt.subplots(figsize=(11, 4.5))
+            fig, ax = plt.subplots(figsize=(max(11, 0.75 * len(mixes)), 4.5))
             width = 0.8 / len(servers)
             for k, s in enumerate(servers):
                 vals = []
