@@ -44,13 +44,6 @@ def coredns_best(results: dict, mix: str, key: str = "max_qps") -> str | None:
     return pick(cells, key=lambda c: c[1][key])[0]
 
 
-def limited(d: dict | None) -> bool:
-    """The rate was the load generator's limit, not the server's (load.limit_of)."""
-    return bool(d) and d.get("limit") == "load generator"
-
-
-def wrong(d: dict | None) -> int:
-    return int(((d or {}).get("check") or {}).get("wrong") or 0)
 
 
 def noisy(d: dict | None) -> bool:
@@ -218,8 +211,7 @@ def readme_block(results: dict) -> str:
             d = _get(results, mix, who) if who else None
             if not d or not d.get("max_qps"):
                 return "n/a"
-            mark = " ‡" if limited(d) else ""
-            return f"{d['max_qps']:,.0f}{mark} ({_f(d.get('cpu_per_100k'), '{:.2f}')} s)"
+            return f"{d['max_qps']:,.0f}{_marks(d)} ({_f(d.get('cpu_per_100k'), '{:.2f}')} s)"
 
         for mix in BASE_MIXES:
             if mix not in results["throughput"]:
@@ -233,7 +225,9 @@ def readme_block(results: dict) -> str:
             lines.append(f"| {RANDOM_SUBDOMAIN} | | {cell(RANDOM_SUBDOMAIN, label)} | {cell(RANDOM_SUBDOMAIN, peer)}"
                          f"{' [' + name(peer) + ']' if peer else ''} | {cell(RANDOM_SUBDOMAIN, 'knot')} | "
                          f"{_f(ratio(results, RANDOM_SUBDOMAIN, label, 'coredns'), '{:.2f}x')} |")
-        lines += ["", "‡ limited by the load generator (dnsperf's core saturated, the server's not): a lower bound.", ""]
+        lines += ["", "† other processes took more than 5% of a core during the measurement; ‡ limited by the load "
+                  "generator, not the server; ° the limit was not reached; ? unclear (results.md explains each). "
+                  "A rate marked ‡ or ° is a lower bound.", ""]
     lines += targets_markdown(results) + ["", README_END]
     return "\n".join(lines)
 

@@ -136,6 +136,16 @@ def test_ratios_and_targets_take_coredns_at_its_better_setting() -> None:
     assert got[report.FAIR_TARGETS[1]]["met"] is None
 
 
+def test_readme_summary_of_a_fair_run_shows_cached_and_off_cache_figures() -> None:
+    results = _fair_results()
+    results["throughput"][RANDOM_SUBDOMAIN]["mcsdns"]["limit"] = "load generator"
+    block = report.readme_block(results)
+    assert "To be re-measured" not in block
+    assert "| clusterset_a | 100,000 (1.00 s) | 100,000 (1.20 s) | 60,000 (1.60 s) [CoreDNS, cache 30] |" in block
+    assert f"| {RANDOM_SUBDOMAIN} | | 100,000 ‡ (1.20 s) | 70,000 (1.40 s) [CoreDNS] |" in block
+    assert "\n".join(report.targets_markdown(results)) in block
+
+
 def test_a_remeasured_cell_keeps_what_it_replaced() -> None:
     old = _fair_results()
     new = {"environment": {"date": "later", "command": "again"}, "throughput": {"clusterset_a": {"mcsdns": _cell(90_000, 1.1, 0.001)}},
