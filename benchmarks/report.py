@@ -44,8 +44,6 @@ def coredns_best(results: dict, mix: str, key: str = "max_qps") -> str | None:
     return pick(cells, key=lambda c: c[1][key])[0]
 
 
-
-
 def noisy(d: dict | None) -> bool:
     return bool(d) and noise(d) > NOISY
 
