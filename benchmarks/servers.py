@@ -43,6 +43,7 @@ def prefix(cpu: str | None) -> list[str]:
         out += ["nice", "-n", str(NICE)]
     return out
 
+
 def udp_rcvbuf(port: int) -> int | None:
     """The receive buffer (bytes) of the UDP socket bound to 127.0.0.1:`port`, from `ss -m`; None if unknown."""
     import re
