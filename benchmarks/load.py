@@ -44,6 +44,7 @@ ACHIEVED = 0.97  # ... and sends at least 97% of the asked rate
 SATURATED = 0.85  # a core this busy during a step (share of its wall time) is the step's limit
 CLIENTS = 16  # dnsperf client sockets (-c) of the probe and the rate steps
 OUTSTANDING = 2000  # queries in flight (-q): enough that dnsperf never waits for a fast server
+SMOKE_ATTEMPTS = 3  # a smoke run (no rate search) that got no answer at all is run again, up to this often
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Run:
     # its run): its start-up and its final wait for late replies left out.
     server_busy: float = 0.0
     gen_busy: float = 0.0
+    note: str = ""  # why a run got no figures (dnsperf's last words, or that it hung)
 
     @property
     def loss(self) -> float:
@@ -119,13 +121,14 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
     if reader.is_alive():  # seen once under heavy machine load: count as a failed step
         proc.kill()
         reader.join()
-        return Run(rate=rate, latencies=[] if verbose else None)
+        return Run(rate=rate, latencies=[] if verbose else None, note=f"dnsperf did not exit within {seconds + timeout + 30:g} s")
     after, wall = (meter() if meter else 0.0), time.monotonic() - wall0
     proc = subprocess.CompletedProcess(argv, proc.returncode, *outputs)
     out = proc.stdout
     if proc.returncode != 0 and "Queries sent" not in out:
         raise RuntimeError(f"dnsperf failed ({proc.returncode}): {proc.stderr.strip() or out[-500:]}")
-    run = Run(rate=rate, cpu=after - before, gen_cpu=_children_cpu() - gen0, wall=wall)
+    run = Run(rate=rate, cpu=after - before, gen_cpu=_children_cpu() - gen0, wall=wall,
+              note=f"dnsperf exited {proc.returncode} after {wall:.1f} s: " + " | ".join((proc.stderr + out).strip().splitlines()[-6:]))
     if busy is not None:
         run.server_busy, run.gen_busy = busy
     else:
@@ -283,8 +286,11 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
              cores: tuple[int, int] = (1, 1), edns: bool = True) -> Capacity:
     cap = Capacity()
     if steps == 0:  # smoke: one verbose run at a modest fixed rate proves the path works, measures nothing
-        run = dnsperf(port, qfile, seconds=step_seconds, rate=2000, outstanding=200, verbose=True, cpu=cpu,
-                      meter=meter, timeout=timeout, edns=edns)
+        for _ in range(SMOKE_ATTEMPTS):  # on a busy shared machine a server can be starved for a second
+            run = dnsperf(port, qfile, seconds=step_seconds, rate=2000, outstanding=200, verbose=True, cpu=cpu,
+                          meter=meter, timeout=timeout, edns=edns)
+            if run.completed:
+                break
         cap.max_qps = cap.probe_qps = run.qps
         cap.cpu_per_100k = run.cpu_per_100k
         values = run.latencies or []
@@ -293,7 +299,7 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
         cap.steps.append(_step(run, cores))
         cap.limit = limit_of(cap.steps, 2000)
         if not run.completed:
-            cap.error = "no answers"
+            cap.error = f"no answers ({run.note})"
         return cap
     probe = dnsperf(port, qfile, seconds=probe_seconds, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
     cap.probe_qps = probe.qps

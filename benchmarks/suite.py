@@ -90,7 +90,7 @@ class Options:
     def smoke_options(cls, out: Path, **kw: Any) -> "Options":
         base = dict(out=out, smoke=True, imports=30, probe_seconds=0.2, step_seconds=0.3, steps=0,
                     latency_seconds=0.2, sizes=(30,), scale_headless=(10, 100), scale_step_seconds=0.3,
-                    scale_steps=0, changes=6, scale_changes=2, timeout=0.5, retries=0, quiet_wait=0.0,
+                    scale_steps=0, changes=6, scale_changes=2, timeout=1.0, retries=0, quiet_wait=0.0,
                     uncached_lines=2000, check_rate=500.0)
         base.update(kw)
         return cls(**base)
