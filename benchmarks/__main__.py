@@ -45,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--workers", type=int, default=1, help="mcsdns --workers in the main runs")
     r.add_argument("--server-cpu", default="1", help="CPU list the servers are pinned to ('' = no pinning)")
     r.add_argument("--load-cpu", default="0", help="CPU list dnsperf is pinned to ('' = no pinning)")
+    r.add_argument("--uncached-lines", type=int, default=suite.Options.uncached_lines,
+                   help="query lines of the random-case and random-subdomain mixes (more than any reply cache holds)")
+    r.add_argument("--check-rate", type=float, default=suite.Options.check_rate,
+                   help="answer checker queries per second beside dnsperf (0 = no checker; a wrong answer fails the run)")
+    r.add_argument("--edns", choices=("large", "all", "none"), default=suite.Options.edns,
+                   help="EDNS in the queries: only for mixes whose answers exceed 512 bytes (a pod's resolver sends "
+                        "none), every mix (as the earlier suite did), or none")
     r.add_argument("--retries", type=int, default=1,
                    help="re-measure a server x mix this often when other processes took >5%% of the server's CPU")
     r.add_argument("--quiet-wait", type=float, default=30.0,
@@ -55,22 +62,36 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--skip-propagation", action="store_true")
     r.add_argument("--keep-workdir", action="store_true", help="keep generated files and server logs")
     r.add_argument("--merge", type=Path, default=None, metavar="DIR",
-                   help="take the sections this run skipped (throughput, scale, propagation) from DIR/results.json")
+                   help="complete this run from DIR/results.json: the sections it skipped, and the throughput cells "
+                        "(server x mix) it did not measure; a re-measured cell records the one it replaced")
     p = sub.add_parser("report", help="re-render a results directory from its results.json")
     p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_OUT)
+    p.add_argument("--readme", type=Path, default=None, metavar="README",
+                   help="also rewrite README's generated benchmark summary (targets table) from DIR/results.json")
     args = parser.parse_args(argv)
 
     if args.command == "report":
         results = json.loads((args.dir / "results.json").read_text())
         for path in report.render(results, args.dir):
             print(path)
+        if args.readme is not None:
+            if not report.update_readme(results, args.readme):
+                print(f"{args.readme}: no generated block ({report.README_BEGIN!r} ... {report.README_END!r})",
+                      file=sys.stderr)
+                return 1
+            print(args.readme)
         return 0
 
     common = dict(
         servers=args.servers, extra_variants=args.variants, mixes=args.mixes, workers=args.workers,
         server_cpu=args.server_cpu or None, load_cpu=args.load_cpu or None, skip_throughput=args.skip_throughput,
         skip_scale=args.skip_scale, skip_propagation=args.skip_propagation, keep_workdir=args.keep_workdir,
+        edns=args.edns,
     )
+    if not args.smoke or args.check_rate != suite.Options.check_rate:
+        common.update(check_rate=args.check_rate)
+    if not args.smoke or args.uncached_lines != suite.Options.uncached_lines:
+        common.update(uncached_lines=args.uncached_lines)
     if not args.smoke:
         common.update(retries=args.retries, quiet_wait=args.quiet_wait)
     import os
@@ -91,16 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     results = suite.run(opts)
     if args.merge is not None:
         old = json.loads((args.merge / "results.json").read_text())
-        merged = []
-        for section, skipped in (("throughput", args.skip_throughput), ("scale", args.skip_scale),
-                                 ("propagation", args.skip_propagation)):
-            if skipped and old.get(section):
-                results[section] = old[section]
-                merged.append(section)
-        if "throughput" in merged:
-            results["servers"] = old.get("servers", {})
-        results["environment"]["merged"] = {"from": old.get("environment", {}).get("date"), "sections": merged,
-                                            "command": old.get("environment", {}).get("command")}
+        results = suite.merge(old, results, {"throughput": args.skip_throughput, "scale": args.skip_scale,
+                                             "propagation": args.skip_propagation})
     for path in report.render(results, args.out):
         print(path)
     return 1 if results.get("errors") else 0

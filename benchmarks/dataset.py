@@ -166,12 +166,42 @@ def write_manifests(spec: Spec, path: Path) -> Path:
 # --------------------------------------------------------------------------- Knot
 
 
-def write_zone(spec: Spec, path: Path) -> Path:
-    """The records mcsdns and CoreDNS serve for `spec`, as a static zone file.
+def records(spec: Spec) -> Iterator[tuple[str, str, str]]:
+    """(owner, type, data) of every record mcsdns and CoreDNS serve for `spec` (absolute names).
 
-    Same owners, types, data and TTLs (SRV weights as CoreDNS computes them);
-    Knot adds the SRV targets' addresses as additional records by itself.
+    The Knot zone (`write_zone`) and the answer checker (benchmarks/checker.py) are both made from
+    this, so they cannot disagree. SRV weights are as CoreDNS computes them (100 / records).
+    (The differential in tests/compat checks that mcsdns answers exactly as CoreDNS; the answer
+    checker then checks every server, CoreDNS included, against this.)
     """
+    for i in range(spec.imports):
+        owner = svc_name(spec, i)
+        yield owner, "A", vip4(i)
+        if vip6(i):
+            yield owner, "AAAA", vip6(i)
+        # CoreDNS makes one SRV per VIP (the same target) and weighs them 100 / count, then drops
+        # the duplicate: a dual-stack service's one SRV has weight 50.
+        weight = 100 // (2 if vip6(i) else 1)
+        yield owner, "SRV", f"0 {weight} 80 {owner}."
+        yield f"_http._tcp.{owner}", "SRV", f"0 {weight} 80 {owner}."
+        for k in range(spec.endpoints):
+            ip = endpoint_ip(i, k, spec.endpoints)
+            yield f"{dashed(ip)}.{CLUSTER}.{owner}", "A", ip
+    for n in spec.headless:
+        owner = headless_name(n)
+        weight = max(1, 100 // max(n, 1))
+        for k in range(n):
+            ip = headless_ip(n, k)
+            target = f"pod-{k}.{CLUSTER}.{owner}"
+            yield owner, "A", ip
+            yield target, "A", ip
+            yield owner, "SRV", f"0 {weight} 80 {target}."
+            yield f"_http._tcp.{owner}", "SRV", f"0 {weight} 80 {target}."
+
+
+def write_zone(spec: Spec, path: Path) -> Path:
+    """The records of `records(spec)` as a static zone file for Knot (same TTLs; Knot adds the SRV
+    targets' addresses as additional records by itself)."""
     ttl = TTL
     lines = [
         f"$ORIGIN {ZONE}.",
@@ -181,25 +211,6 @@ def write_zone(spec: Spec, path: Path) -> Path:
         "ns.dns IN A 127.0.0.1",
         "dns-version IN TXT \"1.1.0\"",
     ]
-    for i in range(spec.imports):
-        owner = f"svc-{i}.{spec.namespace(i)}.svc"
-        lines.append(f"{owner} IN A {vip4(i)}")
-        if vip6(i):
-            lines.append(f"{owner} IN AAAA {vip6(i)}")
-        lines.append(f"{owner} IN SRV 0 100 80 {owner}.{ZONE}.")
-        lines.append(f"_http._tcp.{owner} IN SRV 0 100 80 {owner}.{ZONE}.")
-        for k in range(spec.endpoints):
-            ip = endpoint_ip(i, k, spec.endpoints)
-            lines.append(f"{dashed(ip)}.{CLUSTER}.{owner} IN A {ip}")
-    for n in spec.headless:
-        owner = f"hl-{n}.{HEADLESS_NS}.svc"
-        weight = max(1, 100 // max(n, 1))
-        for k in range(n):
-            ip = headless_ip(n, k)
-            target = f"pod-{k}.{CLUSTER}.{owner}"
-            lines.append(f"{owner} IN A {ip}")
-            lines.append(f"{target} IN A {ip}")
-            lines.append(f"{owner} IN SRV 0 {weight} 80 {target}.{ZONE}.")
-            lines.append(f"_http._tcp.{owner} IN SRV 0 {weight} 80 {target}.{ZONE}.")
+    lines += [f"{owner}. IN {rdtype} {data}" for owner, rdtype, data in records(spec)]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -13,6 +13,15 @@ Method (docs/performance.md explains why):
    during that step.
 3. Latency: one more run at 50% of that rate with `dnsperf -v`, which prints
    every query's latency; p50/p99/p99.9 are computed from those samples.
+4. What limited the rate: at the failing step above the best pass that got
+   the most answers, was the server's core saturated (`server`)? If not, and
+   dnsperf's was, or dnsperf fell short of the asked rate while losing nothing
+   (it could not send faster; the server had CPU to spare), the figure is the
+   `load generator`'s limit, a lower bound of the server's. A loss with neither
+   core saturated is `unclear` (a stalled server, or another process); no
+   failing step at all: `not reached` (a lower bound).
+
+The answer checker (checker.py) runs beside dnsperf for the whole measurement.
 """
 
 from __future__ import annotations
@@ -20,13 +29,22 @@ from __future__ import annotations
 import math
 import re
 import subprocess
-from dataclasses import dataclass, field
+import threading
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .checker import Checker
 
 LOSS_LIMIT = 0.001  # a passing step loses under 0.1% of its queries
 WARMUP = 0.5  # seconds of a latency run whose samples are dropped
 ACHIEVED = 0.97  # ... and sends at least 97% of the asked rate
+SATURATED = 0.85  # a core this busy during a step (share of its wall time) is the step's limit
+CLIENTS = 16  # dnsperf client sockets (-c) of the probe and the rate steps
+OUTSTANDING = 2000  # queries in flight (-q): enough that dnsperf never waits for a fast server
+SMOKE_ATTEMPTS = 3  # a smoke run (no rate search) that got no answer at all is run again, up to this often
 
 
 @dataclass
@@ -40,6 +58,13 @@ class Run:
     rcodes: dict[str, int] = field(default_factory=dict)
     latencies: list[float] | None = None  # seconds, per completed query (verbose runs)
     cpu: float = 0.0  # server CPU seconds during the run
+    gen_cpu: float = 0.0  # dnsperf's CPU seconds during the run
+    wall: float = 0.0  # seconds from starting dnsperf until it exited (start-up and the final timeout included)
+    # CPU seconds per second of the server and of dnsperf while dnsperf was sending (from 20% to 90% of
+    # its run): its start-up and its final wait for late replies left out.
+    server_busy: float = 0.0
+    gen_busy: float = 0.0
+    note: str = ""  # why a run got no figures (dnsperf's last words, or that it hung)
 
     @property
     def loss(self) -> float:
@@ -57,8 +82,22 @@ class Run:
 _NUM = r"([0-9.]+)"
 
 
-def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None, clients: int = 8,
-            outstanding: int = 500, verbose: bool = False, timeout: float = 1.0, cpu: str | None = None,
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)  # dnsperf runs are the only children reaped meanwhile
+    return r.ru_utime + r.ru_stime
+
+
+def _self_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)  # the suite: reading dnsperf's output, the answer checker
+    return r.ru_utime + r.ru_stime
+
+
+def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None, clients: int = CLIENTS,
+            outstanding: int = OUTSTANDING, verbose: bool = False, timeout: float = 1.0, cpu: str | None = None,
             edns: bool = True, meter: Callable[[], float] | None = None) -> Run:
     """One dnsperf run against 127.0.0.1:`port`; `meter` reads the server's CPU seconds."""
     argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", str(qfile), "-l", f"{seconds:g}",
@@ -72,16 +111,28 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
     from .servers import prefix
 
     argv = prefix(cpu) + argv
-    before = meter() if meter else 0.0
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + timeout + 30)
-    except subprocess.TimeoutExpired:  # seen once under heavy machine load: count as a failed step
-        return Run(rate=rate, latencies=[] if verbose else None)
-    after = meter() if meter else 0.0
+    before, gen0, wall0 = (meter() if meter else 0.0), _children_cpu(), time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outputs: list[str] = []
+    reader = threading.Thread(target=lambda: outputs.extend(proc.communicate()), daemon=True)
+    reader.start()  # dnsperf -v writes a line per query: its pipe is drained while the busy shares are read
+    busy = _busy_window(proc, wall0, seconds, meter) if meter else None
+    reader.join(seconds + timeout + 30)
+    if reader.is_alive():  # seen once under heavy machine load: count as a failed step
+        proc.kill()
+        reader.join()
+        return Run(rate=rate, latencies=[] if verbose else None, note=f"dnsperf did not exit within {seconds + timeout + 30:g} s")
+    after, wall = (meter() if meter else 0.0), time.monotonic() - wall0
+    proc = subprocess.CompletedProcess(argv, proc.returncode, *outputs)
     out = proc.stdout
     if proc.returncode != 0 and "Queries sent" not in out:
         raise RuntimeError(f"dnsperf failed ({proc.returncode}): {proc.stderr.strip() or out[-500:]}")
-    run = Run(rate=rate, cpu=after - before)
+    run = Run(rate=rate, cpu=after - before, gen_cpu=_children_cpu() - gen0, wall=wall,
+              note=f"dnsperf exited {proc.returncode} after {wall:.1f} s: " + " | ".join((proc.stderr + out).strip().splitlines()[-6:]))
+    if busy is not None:
+        run.server_busy, run.gen_busy = busy
+    else:
+        run.server_busy, run.gen_busy = run.cpu / max(wall, 1e-9), run.gen_cpu / max(wall, 1e-9)
     run.sent = int(_grab(r"Queries sent:\s+(\d+)", out))
     run.completed = int(_grab(r"Queries completed:\s+(\d+)", out))
     run.lost = int(_grab(r"Queries lost:\s+(\d+)", out))
@@ -101,6 +152,22 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
                     pass
         run.latencies = lat
     return run
+
+
+def _busy_window(proc: subprocess.Popen, start: float, seconds: float,
+                 meter: Callable[[], float]) -> tuple[float, float] | None:
+    """(server, dnsperf) CPU seconds per second from 20% to 90% of a run; None if dnsperf exited first."""
+    from . import procstat
+
+    samples = []
+    for at in (0.2, 0.9):
+        time.sleep(max(0.0, start + at * seconds - time.monotonic()))
+        if proc.poll() is not None:
+            return None
+        samples.append((time.monotonic(), meter(), procstat.cpu_seconds([proc.pid])))
+    (t0, s0, g0), (t1, s1, g1) = samples
+    span = max(t1 - t0, 1e-9)
+    return (s1 - s0) / span, (g1 - g0) / span
 
 
 def _grab(pattern: str, text: str) -> float:
@@ -128,7 +195,11 @@ class Capacity:
     p999: float | None = None
     latency_loss: float | None = None
     rcodes: dict[str, int] = field(default_factory=dict)  # from the latency run
-    steps: list[tuple[float, float, float, bool]] = field(default_factory=list)  # (asked, achieved, loss, passed)
+    # (asked, achieved, loss, passed, server core busy, dnsperf core busy): busy as a share of the step's time
+    steps: list[tuple[float, float, float, bool, float, float]] = field(default_factory=list)
+    # What set max_qps: "server", "load generator", "not reached" (no step failed: a lower bound) or
+    # "unclear" (a step failed with neither core saturated); see the module docstring.
+    limit: str | None = None
     error: str | None = None
     # CPU time other processes took on the server's CPUs during the measurement, as a fraction of its
     # wall time: a figure measured with more than a few percent of it is noisy and should be re-run.
@@ -140,65 +211,104 @@ class Capacity:
     run_delay: float | None = None
     attempts: int = 1  # measurements made (the least disturbed one is kept)
     waited_for_quiet: float = 0.0  # seconds waited for the server's CPU to be idle first
+    # Every attempt's summary (max_qps, p99, interference, ...), the kept one included: a re-measured
+    # cell keeps the measurements it replaced.
+    attempt_log: list[dict] = field(default_factory=list)
+    # The answer checker's tally (checker.Tally as a dict): sent, checked, wrong, unanswered, examples.
+    check: dict | None = None
+
+    def summary(self) -> dict:
+        """The figures of this measurement that a later one may replace (kept in attempt_log)."""
+        return {"max_qps": round(self.max_qps), "cpu_per_100k": self.cpu_per_100k, "p99": self.p99,
+                "p999": self.p999, "interference": self.interference, "load_interference": self.load_interference,
+                "limit": self.limit, "error": self.error}
 
 
 def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
-            server_cpus: str | None = None, delay: Callable[[], float] | None = None) -> Capacity:
-    """Max sustained rate, CPU per 100k and latency at half of it (module docstring), with an interference check."""
-    import resource
+            server_cpus: str | None = None, delay: Callable[[], float] | None = None,
+            checker: "Checker | None" = None, edns: bool = True) -> Capacity:
+    """Max sustained rate, CPU per 100k and latency at half of it (module docstring), with an
+    interference check and, when given, the answer `checker` running throughout."""
     import time
 
     from . import procstat
 
-    def children_cpu() -> float:
-        r = resource.getrusage(resource.RUSAGE_CHILDREN)  # dnsperf runs are the only children reaped meanwhile
-        return r.ru_utime + r.ru_stime
-
     cores = procstat.cpu_list(server_cpus) if server_cpus else None
     load_cores = procstat.cpu_list(cpu) if cpu and server_cpus else None
-    wall0, own0, gen0 = time.monotonic(), meter(), children_cpu()
+    wall0, own0, gen0, self0 = time.monotonic(), meter(), _children_cpu(), _self_cpu()
     delay0 = delay() if delay else 0.0
     busy0 = procstat.busy_seconds(cores) if cores else 0.0
     lbusy0 = procstat.busy_seconds(load_cores) if load_cores else 0.0
-    cap = _measure(port, qfile, meter=meter, cpu=cpu, probe_seconds=probe_seconds, step_seconds=step_seconds,
-                   steps=steps, latency_seconds=latency_seconds, timeout=timeout)
+    shares = (len(cores or procstat.cpu_list(None)), len(procstat.cpu_list(cpu)))
+    if checker is not None:
+        checker.start()
+    try:
+        cap = _measure(port, qfile, meter=meter, cpu=cpu, probe_seconds=probe_seconds, step_seconds=step_seconds,
+                       steps=steps, latency_seconds=latency_seconds, timeout=timeout, cores=shares, edns=edns)
+    finally:
+        if checker is not None:
+            cap_check = checker.stop()
+    if checker is not None:
+        cap.check = asdict(cap_check)
     wall = max(time.monotonic() - wall0, 1e-9)
     if delay:
         cap.run_delay = round((delay() - delay0) / wall, 4)
-    if cores:
-        foreign = (procstat.busy_seconds(cores) - busy0) - (meter() - own0)
-        cap.interference = round(max(0.0, foreign) / wall / len(cores), 4)
-    if load_cores:
-        foreign = (procstat.busy_seconds(load_cores) - lbusy0) - (children_cpu() - gen0)
-        cap.load_interference = round(max(0.0, foreign) / wall / len(load_cores), 4)
+    if cores:  # other processes' CPU on the server's cores: their busy time minus the server's own
+        cap.interference = procstat.foreign_share(procstat.busy_seconds(cores) - busy0, meter() - own0, wall, len(cores))
+    if load_cores:  # ... and on dnsperf's: minus dnsperf's and the suite's own (output reading, the checker)
+        own = (_children_cpu() - gen0) + (_self_cpu() - self0)
+        cap.load_interference = procstat.foreign_share(procstat.busy_seconds(load_cores) - lbusy0, own, wall,
+                                                       len(load_cores))
     return cap
 
 
+def _step(run: Run, cores: tuple[int, int]) -> tuple[float, float, float, bool, float, float]:
+    return (run.rate or 0.0, run.qps, run.loss, run.passed, round(run.server_busy / cores[0], 3),
+            round(run.gen_busy / cores[1], 3))
+
+
+def limit_of(steps: list[tuple], best_rate: float) -> str:
+    """What limited the best passing rate (module docstring, item 4), from the steps above it."""
+    above = [s for s in steps if len(s) >= 6 and not s[3] and s[0] > best_rate]
+    if not above:
+        return "not reached"
+    top = max(above, key=lambda s: s[1])
+    if top[4] >= SATURATED:
+        return "server"
+    if top[5] >= SATURATED or top[2] < LOSS_LIMIT:
+        return "load generator"
+    return "unclear"
+
+
 def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
-             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0) -> Capacity:
+             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
+             cores: tuple[int, int] = (1, 1), edns: bool = True) -> Capacity:
     cap = Capacity()
     if steps == 0:  # smoke: one verbose run at a modest fixed rate proves the path works, measures nothing
-        run = dnsperf(port, qfile, seconds=step_seconds, rate=2000, outstanding=200, verbose=True, cpu=cpu,
-                      meter=meter, timeout=timeout)
+        for _ in range(SMOKE_ATTEMPTS):  # on a busy shared machine a server can be starved for a second
+            run = dnsperf(port, qfile, seconds=step_seconds, rate=2000, outstanding=200, verbose=True, cpu=cpu,
+                          meter=meter, timeout=timeout, edns=edns)
+            if run.completed:
+                break
         cap.max_qps = cap.probe_qps = run.qps
         cap.cpu_per_100k = run.cpu_per_100k
         values = run.latencies or []
         cap.p50, cap.p99, cap.p999 = (percentile(values, q) for q in (0.50, 0.99, 0.999))
         cap.latency_loss, cap.rcodes = run.loss, run.rcodes
-        cap.steps.append((2000, run.qps, run.loss, run.passed))
+        cap.steps.append(_step(run, cores))
+        cap.limit = limit_of(cap.steps, 2000)
         if not run.completed:
-            cap.error = "no answers"
+            cap.error = f"no answers ({run.note})"
         return cap
-    probe = dnsperf(port, qfile, seconds=probe_seconds, outstanding=200, cpu=cpu, meter=meter, timeout=timeout)
+    probe = dnsperf(port, qfile, seconds=probe_seconds, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
     cap.probe_qps = probe.qps
     best: Run | None = None
     low_fail = None
     rate = max(100.0, probe.qps * 0.9)
     for _ in range(steps):
-        run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, outstanding=1000, cpu=cpu, meter=meter,
-                      timeout=timeout)
-        cap.steps.append((rate, run.qps, run.loss, run.passed))
+        run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
+        cap.steps.append(_step(run, cores))
         if run.passed:
             if best is None or run.qps > best.qps:
                 best = run
@@ -209,9 +319,8 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
             rate = (best.rate + low_fail) / 2 if best is not None else rate * 0.7
     if best is None:  # keep going down until something passes (bounded)
         for _ in range(6):
-            run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, outstanding=1000, cpu=cpu, meter=meter,
-                          timeout=timeout)
-            cap.steps.append((rate, run.qps, run.loss, run.passed))
+            run = dnsperf(port, qfile, seconds=step_seconds, rate=rate, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
+            cap.steps.append(_step(run, cores))
             if run.passed:
                 best = run
                 break
@@ -221,9 +330,10 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
         return cap
     cap.max_qps = best.qps
     cap.cpu_per_100k = best.cpu_per_100k
+    cap.limit = limit_of(cap.steps, best.rate or 0.0)
     rate = best.qps * 0.5
     lat = dnsperf(port, qfile, seconds=latency_seconds + WARMUP, rate=rate, outstanding=1000, verbose=True,
-                  cpu=cpu, meter=meter, timeout=timeout)
+                  cpu=cpu, meter=meter, timeout=timeout, edns=edns)
     values = (lat.latencies or [])[int(rate * WARMUP):]  # dnsperf's own start-up is not the server's latency
     cap.p50, cap.p99, cap.p999 = (percentile(values, q) for q in (0.50, 0.99, 0.999))
     cap.latency_loss = lat.loss

@@ -90,12 +90,42 @@ def cpu_list(spec: str | None) -> list[int]:
     return out
 
 
-def busy_seconds(cpus: list[int]) -> float:
-    """Time these CPUs ran tasks, or were stolen by the hypervisor (user+nice+system+steal), from /proc/stat.
+def irq_time_in_tasks() -> bool:
+    """Whether the kernel charges interrupt time to the task it interrupted.
 
-    irq and softirq time are left out: with IRQ time accounting, the kernel's loopback delivery of the
-    server's own replies is charged there rather than to the server, so it is not interference.
+    With tick-based accounting (the default; no CONFIG_IRQ_TIME_ACCOUNTING) a tick that lands in a
+    softirq counts as `softirq` in /proc/stat *and* as the current task's stime, so the server's own
+    loopback delivery of its replies is in both. With CONFIG_IRQ_TIME_ACCOUNTING it is in /proc/stat
+    only. Unknown kernel configuration: assume ticks (the check may then fire on the server's own
+    interrupt work, never miss another process).
     """
+    import gzip
+    import platform
+
+    for path in (Path("/proc/config.gz"), Path(f"/boot/config-{platform.release()}")):
+        try:
+            raw = path.read_bytes()
+            text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode(errors="replace")
+        except OSError:
+            continue
+        return "CONFIG_IRQ_TIME_ACCOUNTING=y" not in text
+    return True
+
+
+IRQ_IN_TASKS = irq_time_in_tasks()
+
+
+def busy_seconds(cpus: list[int], irq: bool | None = None) -> float:
+    """Time these CPUs were not idle (user+nice+system+steal, plus irq+softirq when `irq`), /proc/stat.
+
+    Subtract a process's utime+stime from this to get what *other* processes took on its CPU; for
+    that, irq and softirq must be counted exactly when the kernel charges them to tasks too (`irq`
+    defaults to `IRQ_IN_TASKS`). Counting them only on one side masks other processes: with tick
+    accounting the server's stime includes its softirq share (a large part of a DNS server's CPU
+    on loopback), so leaving irq out of this sum hid up to that much foreign work on the server's core.
+    """
+    if irq is None:
+        irq = IRQ_IN_TASKS
     want = {f"cpu{c}" for c in cpus}
     total = 0
     try:
@@ -103,10 +133,15 @@ def busy_seconds(cpus: list[int]) -> float:
             parts = line.split()
             if parts and parts[0] in want:
                 v = [int(x) for x in parts[1:9]]
-                total += v[0] + v[1] + v[2] + v[7]
+                total += v[0] + v[1] + v[2] + v[7] + ((v[5] + v[6]) if irq else 0)
     except OSError:
         return 0.0
     return total / CLK_TCK
+
+
+def foreign_share(busy: float, own: float, wall: float, cores: int) -> float:
+    """The share of `cores` CPUs' wall time that processes other than ours took (busy minus own CPU)."""
+    return round(max(0.0, busy - own) / max(wall, 1e-9) / max(cores, 1), 4)
 
 
 def run_delay_seconds(pids: list[int]) -> float:

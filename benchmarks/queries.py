@@ -15,6 +15,14 @@ up `svc-7.bench-7.svc.clusterset.local` (4 dots < 5) first asks
 a short name `svc-7.bench-7` expands to `svc-7.bench-7.<ns>.svc...`
 (NXDOMAIN) and then `svc-7.bench-7.svc.clusterset.local`. So most queries are
 NXDOMAIN or NODATA, as in a real cluster.
+
+Two kinds of mixes keep a reply cache from answering for the server (mcsdns
+keeps up to 32,768 reply packets; CoreDNS's `cache` keys by name): each name
+mix again with every name in random letter case (`<mix>_case`: DNS names are
+case-insensitive, the reply echoes the question's spelling, and 200,000 lines
+are more distinct packets than any cache holds), and `random_subdomain`, a
+flood of unique missing names `<random>.<svc>.<ns>.svc.clusterset.local`
+below existing services (what a random-subdomain attack sends).
 """
 
 from __future__ import annotations
@@ -25,9 +33,9 @@ from pathlib import Path
 from .dataset import CLUSTER, HEADLESS_NS, ZONE, Spec, dashed, endpoint_ip, headless_name, svc_name, vip6
 
 MAX_LINES = 20000
+UNCACHED_LINES = 200_000  # lines of the random-case and random-subdomain mixes: > any reply cache
 
-# name -> (description, builder)
-MIXES = (
+BASE_MIXES = (
     "clusterset_a",
     "aaaa",
     "srv_bare",
@@ -38,6 +46,9 @@ MIXES = (
     "nxdomain",
     "realistic",
 )
+CASE = "_case"  # suffix: the base mix with each name in random letter case
+RANDOM_SUBDOMAIN = "random_subdomain"
+MIXES = BASE_MIXES + tuple(m + CASE for m in BASE_MIXES) + (RANDOM_SUBDOMAIN,)
 
 DESCRIPTIONS = {
     "clusterset_a": "A of ClusterSetIP services (all imports)",
@@ -49,14 +60,40 @@ DESCRIPTIONS = {
     "endpoint_a": "A of per-endpoint names (<host>.<cluster>.<svc>...)",
     "nxdomain": "A of names that do not exist (missing services, search-path expansions)",
     "realistic": "search-path expansion of A+AAAA lookups, SRV and headless (~70% NXDOMAIN/NODATA)",
+    RANDOM_SUBDOMAIN: "A of unique missing names <random>.<svc>.<ns>.svc... below existing services (NXDOMAIN)",
 }
+DESCRIPTIONS.update({m + CASE: f"{DESCRIPTIONS[m]}, each name in random letter case" for m in BASE_MIXES})
+
+
+def base_mix(mix: str) -> str:
+    """The name mix a random-case mix is built from (`clusterset_a_case` -> `clusterset_a`)."""
+    return mix[: -len(CASE)] if mix.endswith(CASE) else mix
+
+
+def needs_edns(mix: str) -> bool:
+    """Whether the mix's answers need EDNS (more than 512 bytes: the 100-endpoint headless service).
+
+    The other mixes are sent as a pod's resolver sends them (glibc and musl: no EDNS unless
+    `options edns0`); those plain queries are also what mcsdns's case-folded cache and its
+    parse-free lane take. The `realistic` mixes ask for the 100-endpoint service too: without EDNS
+    every server answers those with TC set (a resolver would retry over TCP).
+    """
+    return base_mix(mix) == "headless100_a"
+
+
+def cached(mix: str) -> bool:
+    """Whether the mix repeats few enough packets for a reply cache to hold them all."""
+    return mix in BASE_MIXES
 
 
 def _sample(rng: random.Random, n: int, k: int) -> list[int]:
     return rng.sample(range(n), k) if n > k else list(range(n))
 
 
-def build(mix: str, spec: Spec, seed: int = 5) -> list[str]:
+def build(mix: str, spec: Spec, seed: int = 5, uncached_lines: int = UNCACHED_LINES) -> list[str]:
+    """The query lines (`name TYPE`) of `mix`; the uncached mixes have `uncached_lines` lines."""
+    if mix.endswith(CASE) and base_mix(mix) in BASE_MIXES:
+        return random_case(build(base_mix(mix), spec, seed), uncached_lines, random.Random(f"{mix}-{seed}"))
     rng = random.Random(f"{mix}-{seed}")
     n = spec.imports
     lines: list[str] = []
@@ -85,10 +122,31 @@ def build(mix: str, spec: Spec, seed: int = 5) -> list[str]:
             lines.append(f"{svc_name(spec, i)}.{spec.namespace(rng.randrange(n))}.svc.{ZONE} A")
     elif mix == "realistic":
         lines = realistic(spec, rng)
+    elif mix == RANDOM_SUBDOMAIN:
+        n = max(spec.imports, 1)
+        lines = [f"{_label(rng)}.{svc_name(spec, rng.randrange(n))} A" for _ in range(uncached_lines)]
     else:
         raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
     rng.shuffle(lines)
     return lines
+
+
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _label(rng: random.Random) -> str:
+    """A random 12-character label (36^12 of them: every one new)."""
+    return "".join(rng.choices(_ALNUM, k=12))
+
+
+def random_case(lines: list[str], count: int, rng: random.Random) -> list[str]:
+    """`count` lines cycling through `lines`, each name with every letter upper-cased at random."""
+    out = []
+    for j in range(count):
+        name, _, rest = lines[j % len(lines)].partition(" ")
+        bits = rng.getrandbits(len(name))
+        out.append("".join(c.upper() if bits >> k & 1 else c for k, c in enumerate(name)) + " " + rest)
+    return out
 
 
 def _search(spec: Spec, rng: random.Random, name: str, exists_at: int) -> list[str]:
@@ -119,10 +177,20 @@ def realistic(spec: Spec, rng: random.Random) -> list[str]:
     return out
 
 
-def write(mix: str, spec: Spec, directory: Path) -> Path:
+def write(mix: str, spec: Spec, directory: Path, uncached_lines: int = UNCACHED_LINES) -> Path:
     path = directory / f"{mix}.txt"
-    path.write_text("\n".join(build(mix, spec)) + "\n")
+    path.write_text("\n".join(build(mix, spec, uncached_lines=uncached_lines)) + "\n")
     return path
+
+
+def read(path: Path) -> list[tuple[str, str]]:
+    """A query file's lines as (name, type)."""
+    out = []
+    for line in path.read_text().splitlines():
+        name, _, rdtype = line.partition(" ")
+        if name:
+            out.append((name, rdtype.strip() or "A"))
+    return out
 
 
 def probe_name(spec: Spec) -> str:
@@ -130,4 +198,5 @@ def probe_name(spec: Spec) -> str:
     return svc_name(spec, spec.imports - 1) if spec.imports else headless_name(spec.headless[0])
 
 
-__all__ = ["MIXES", "DESCRIPTIONS", "build", "write", "probe_name", "vip6", "HEADLESS_NS"]
+__all__ = ["MIXES", "BASE_MIXES", "DESCRIPTIONS", "base_mix", "needs_edns", "cached", "build", "write", "read", "probe_name", "vip6",
+           "HEADLESS_NS"]

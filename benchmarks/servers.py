@@ -43,6 +43,63 @@ def prefix(cpu: str | None) -> list[str]:
         out += ["nice", "-n", str(NICE)]
     return out
 
+
+def udp_rcvbuf(port: int) -> int | None:
+    """The receive buffer (bytes) of the UDP socket bound to 127.0.0.1:`port`, from `ss -m`; None if unknown."""
+    import re
+
+    try:
+        out = subprocess.run(["ss", "-uanmH", "sport", "=", f":{port}"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"\brb(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def mcsdns_rcvbuf() -> int:
+    """The buffer the kernel gives mcsdns's UDP socket: it asks SO_RCVBUF = transport.UDP_RCVBUF, the
+    kernel caps that at net.core.rmem_max and doubles it (the doubled figure is what `ss` shows)."""
+    from mcsdns.transport import UDP_RCVBUF
+
+    try:
+        cap = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    except (OSError, ValueError):
+        cap = UDP_RCVBUF
+    return 2 * min(UDP_RCVBUF, cap)
+
+
+class rmem_default:
+    """Set net.core.rmem_default inside the block (root only), restored after; `applied` says if it was.
+
+    Knot has no setting for its UDP receive buffer and keeps the system default (212,992 bytes on
+    most Linux systems), while mcsdns asks for 1 MiB. A socket takes rmem_default when it is created,
+    so the default is raised only while knotd starts: every other process keeps its own buffers
+    (sockets created in that second by other processes get the larger default too; harmless).
+    """
+
+    PATH = Path("/proc/sys/net/core/rmem_default")
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        self.saved: str | None = None
+        self.applied = False
+
+    def __enter__(self) -> "rmem_default":
+        if os.geteuid() != 0:
+            return self
+        try:
+            self.saved = self.PATH.read_text().strip()
+            self.PATH.write_text(str(self.value))
+            self.applied = True
+        except OSError:
+            self.saved = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            self.PATH.write_text(self.saved)
+
+
 def query(port: int, name: str, rdtype: str = "A", timeout: float = 0.5) -> dns.message.Message | None:
     try:
         return dns.query.udp(dns.message.make_query(name, rdtype), "127.0.0.1", port=port, timeout=timeout)
@@ -115,6 +172,10 @@ class Server:
 
     def rss_mb(self) -> float:
         return procstat.rss_mb(self.pids())
+
+    def rcvbuf(self) -> int | None:
+        """Its UDP socket's receive buffer in bytes (None if unknown)."""
+        return udp_rcvbuf(self.port)
 
     def run_delay(self) -> float:
         return procstat.run_delay_seconds(self.pids())
@@ -213,12 +274,22 @@ class CoreDns(Server):
 
 
 class Knot(Server):
+    """knotd set up like mcsdns: one UDP worker (one thread answers, as mcsdns's one event loop does),
+    mcsdns's UDP receive buffer, answers up to 4,096 bytes like the other servers."""
+
     kind = "knot"
+    rcvbuf_matched: bool | None = None
 
     def __init__(self, label: str, workdir: Path, cpu: str | None = None, *, zonefile: Path) -> None:
         super().__init__(label, workdir, cpu)
         self.zonefile = zonefile
         self.rundir = workdir / f"{label}-run"
+
+    def start(self, probe: str, timeout: float = 120.0) -> float:
+        """Start with mcsdns's UDP receive buffer (see `rmem_default`); `rcvbuf_matched` says if it was set."""
+        with rmem_default(mcsdns_rcvbuf()) as setting:
+            self.rcvbuf_matched = setting.applied
+            return super().start(probe, timeout)
 
     def argv(self) -> list[str]:
         self.rundir.mkdir(parents=True, exist_ok=True)
@@ -227,6 +298,10 @@ class Knot(Server):
             "server:\n"
             f"    listen: 127.0.0.1@{self.port}\n"
             f"    rundir: {self.rundir}\n"
+            "    udp-workers: 1\n"  # default: one per CPU; the other servers answer from one thread
+            "    tcp-workers: 1\n"
+            "    background-workers: 1\n"
+            "    udp-max-payload: 4096\n"  # default 1232 truncates the 100-endpoint answer the others send whole
             "database:\n"
             f"    storage: {self.rundir}\n"
             "log:\n"

@@ -29,8 +29,11 @@ import dns.rcode
 from . import apiload, dataset, load, procstat, provenance, queries
 from .dataset import ES_API, MCS_API, Spec
 from .servers import CoreDns, Knot, Mcsdns, Server
+from .checker import Checker, Expected, Tally
 
-SERVERS = ("mcsdns", "mcsdns-api", "coredns", "knot")
+# CoreDNS twice: without cache (the test-bed spec's Corefile) and with `cache 30`, as most clusters ship
+# it; every ratio compares with the better of the two per mix (report.py).
+SERVERS = ("mcsdns", "mcsdns-api", "coredns", "coredns-cache30", "knot")
 NOISY = 0.05  # a measurement during which other processes took more of the server's CPU is retried
 
 
@@ -70,6 +73,11 @@ class Options:
     server_cpu: str | None = "1"
     load_cpu: str | None = "0"
     timeout: float = 1.0
+    uncached_lines: int = queries.UNCACHED_LINES  # lines of the random-case and random-subdomain mixes
+    check_rate: float = 300.0  # answer checker queries per second beside dnsperf (0: no checker)
+    # EDNS in the queries: "large" only where answers exceed 512 bytes (queries.needs_edns; the others
+    # as a pod's resolver sends them), "all" (as the earlier suite did), "none"
+    edns: str = "large"
     retries: int = 1  # re-measure a server x mix this often while other processes disturbed it (keep the cleanest)
     quiet_wait: float = 30.0  # before each measurement, wait up to this long for the server's CPU to be idle
     skip_throughput: bool = False
@@ -81,7 +89,8 @@ class Options:
     def smoke_options(cls, out: Path, **kw: Any) -> "Options":
         base = dict(out=out, smoke=True, imports=30, probe_seconds=0.2, step_seconds=0.3, steps=0,
                     latency_seconds=0.2, sizes=(30,), scale_headless=(10, 100), scale_step_seconds=0.3,
-                    scale_steps=0, changes=6, scale_changes=2, timeout=0.5, retries=0, quiet_wait=0.0)
+                    scale_steps=0, changes=6, scale_changes=2, timeout=1.0, retries=0, quiet_wait=0.0,
+                    uncached_lines=2000, check_rate=500.0)
         base.update(kw)
         return cls(**base)
 
@@ -116,9 +125,22 @@ def environment(opts: Options, coredns_bin: Path | None) -> dict:
         "nice": __import__("benchmarks.servers", fromlist=["NICE"]).NICE,
         "server_cpu": opts.server_cpu,
         "load_cpu": opts.load_cpu,
+        "dnsperf_clients": load.CLIENTS,
+        "dnsperf_outstanding": load.OUTSTANDING,
+        "irq_time_in_tasks": procstat.IRQ_IN_TASKS,
+        "mcsdns_rcvbuf": _mcsdns_rcvbuf(),
         "smoke": opts.smoke,
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
     }
+
+
+def _mcsdns_rcvbuf() -> int | None:
+    from .servers import mcsdns_rcvbuf
+
+    try:
+        return mcsdns_rcvbuf()
+    except ImportError:
+        return None
 
 
 def _dnsperf_version() -> str:
@@ -147,7 +169,7 @@ class Suite:
 
     def needs_api(self) -> bool:
         o = self.opts
-        api_servers = {"mcsdns-api", "coredns"} & set(o.servers)
+        api_servers = [l for l in (*o.servers, *o.extra_variants) if l == "mcsdns-api" or l.startswith("coredns")]
         return bool(api_servers) or not o.skip_scale or not o.skip_propagation
 
     def start_testbed(self) -> None:
@@ -223,8 +245,10 @@ class Suite:
         files = self.files_for(spec, "main")
         qdir = self.work / "queries"
         qdir.mkdir(exist_ok=True)
-        qfiles = {mix: queries.write(mix, spec, qdir) for mix in o.mixes}
-        if {"mcsdns-api", "coredns"} & set(o.servers):
+        qfiles = {mix: queries.write(mix, spec, qdir, o.uncached_lines) for mix in o.mixes}
+        qlines = {mix: queries.read(path) for mix, path in qfiles.items()}
+        expected = Expected(spec)
+        if any(label == "mcsdns-api" or label.startswith("coredns") for label in [*o.servers, *o.extra_variants]):
             self.load_api(spec)
         probe = queries.probe_name(spec)
         for label in list(o.servers) + list(o.extra_variants):
@@ -234,26 +258,42 @@ class Suite:
                 ready = server.start(probe, timeout=300)
                 time.sleep(0.5 if o.smoke else 2.0)
                 info = {"kind": server.kind, "ready_seconds": round(ready, 3), "rss_mb": round(server.rss_mb(), 1),
-                        "pinned": server.cpu, "workers": getattr(server, "workers", None)}
+                        "pinned": server.cpu, "workers": getattr(server, "workers", None),
+                        "udp_rcvbuf": server.rcvbuf(), "cache": getattr(server, "cache", None),
+                        "udp_rcvbuf_matched": getattr(server, "rcvbuf_matched", None)}
                 self.results["servers"][label] = info
                 for mix in o.mixes:
-                    cap = None
+                    cap, attempts, tally = None, [], Tally()
+                    edns = o.edns == "all" or (o.edns == "large" and queries.needs_edns(mix))
                     for attempt in range(1 + o.retries):
                         waited = wait_quiet(server.cpu, o.quiet_wait)
+                        check = (Checker(server.port, qlines[mix], expected, rate=o.check_rate, timeout=o.timeout,
+                                                 edns=edns) if o.check_rate > 0 else None)
                         got = load.measure(server.port, qfiles[mix], meter=server.cpu_seconds, cpu=o.load_cpu,
                                            probe_seconds=o.probe_seconds, step_seconds=o.step_seconds, steps=o.steps,
                                            latency_seconds=o.latency_seconds, timeout=o.timeout, server_cpus=server.cpu,
-                                           delay=server.run_delay)
+                                           delay=server.run_delay, checker=check, edns=edns)
                         got.attempts, got.waited_for_quiet = attempt + 1, round(waited, 1)
+                        attempts.append(got.summary())
+                        if check is not None:
+                            tally.add(check.tally)
                         if cap is None or _noise(got) < _noise(cap):
                             cap = got
                         if _noise(cap) <= NOISY:
                             break
                         if attempt < o.retries:
                             log(f"{label} {mix}: disturbed by other processes ({_noise(got):.0%}); measuring again")
-                    self.results["throughput"].setdefault(mix, {})[label] = asdict(cap)
-                    log(f"{label:>11} {mix:<14} max {cap.max_qps:9.0f} qps  p99 {_us(cap.p99)}  "
-                        f"cpu/100k {cap.cpu_per_100k or 0:.2f}s  noise {cap.interference}/{cap.load_interference} runq {cap.run_delay}  rcodes {cap.rcodes}" + (f"  ERROR {cap.error}" if cap.error else ""))
+                    cap.attempt_log = attempts
+                    cap.check = asdict(tally) if o.check_rate > 0 else None
+                    cell = asdict(cap)
+                    cell["run"] = {k: self.results["environment"].get(k) for k in ("date", "command", "commit")}
+                    cell["edns"] = edns
+                    self.results["throughput"].setdefault(mix, {})[label] = cell
+                    log(f"{label:>11} {mix:<14} max {cap.max_qps:9.0f} qps ({cap.limit})  p99 {_us(cap.p99)}  "
+                        f"cpu/100k {cap.cpu_per_100k or 0:.2f}s  noise {cap.interference}/{cap.load_interference} runq {cap.run_delay}  rcodes {cap.rcodes}"
+                        f"  checked {tally.checked} wrong {tally.wrong}" + (f"  ERROR {cap.error}" if cap.error else ""))
+                    if tally.wrong:
+                        self.wrong_answers(label, mix, tally)
                 info["rss_mb_after"] = round(server.rss_mb(), 1)
             except Exception as exc:  # noqa: BLE001 - one server's failure is reported, the run goes on
                 self.error(f"throughput {label}", exc, server)
@@ -383,8 +423,10 @@ class Suite:
                         cap = load.measure(s.port, qfile, meter=s.cpu_seconds, cpu=o.load_cpu,
                                            probe_seconds=o.probe_seconds, step_seconds=o.scale_step_seconds,
                                            steps=o.scale_steps, latency_seconds=o.scale_step_seconds,
-                                           timeout=o.timeout, server_cpus=s.cpu, delay=s.run_delay)
+                                           timeout=o.timeout, server_cpus=s.cpu, delay=s.run_delay,
+                                           edns=o.edns == "all")  # the A mix: as a pod's resolver asks
                     row[label]["max_qps"] = round(cap.max_qps)
+                    row[label]["limit"] = cap.limit
                     row[label]["interference"] = cap.interference
                     row[label]["load_interference"] = cap.load_interference
                     row[label]["run_delay"] = cap.run_delay
@@ -423,6 +465,13 @@ class Suite:
                     s.stop()
 
     # -- driver ----------------------------------------------------------- #
+
+    def wrong_answers(self, label: str, mix: str, tally: Tally) -> None:
+        """A wrong reply under load fails the run (exit 1): it is listed under Errors in results.md."""
+        message = (f"{tally.wrong} wrong answers of {tally.checked} checked under load: "
+                   + "; ".join(tally.examples))
+        self.results["errors"].append({"where": f"answers {label} {mix}", "error": message, "trace": "", "logs": {}})
+        log(f"WRONG ANSWERS from {label} on {mix}: {message}")
 
     def error(self, where: str, exc: BaseException, *servers: Server) -> None:
         tails = {s.label: s.tail() for s in servers if s is not None}
@@ -527,6 +576,47 @@ def _us_num(v: float | None) -> float | None:
 
 def run(opts: Options) -> dict[str, Any]:
     return Suite(opts).run()
+
+
+def merge(old: dict[str, Any], new: dict[str, Any], skipped: dict[str, bool]) -> dict[str, Any]:
+    """`new` completed from `old` (an earlier results.json), so that re-measuring part of a run keeps
+    the artifact of everything else, and of what was replaced.
+
+    Sections this run skipped are taken whole from `old`. Throughput is merged cell by cell
+    (server x mix): a cell measured now replaces the old one, which goes into the new cell's
+    `replaced` list (with its run's date and command); a cell not measured now is kept as it was.
+    """
+    merged = []
+    for section in ("throughput", "scale", "propagation"):
+        if skipped.get(section) and old.get(section):
+            new[section] = old[section]
+            merged.append(section)
+    old_run = {k: old.get("environment", {}).get(k) for k in ("date", "command", "commit")}
+    if "throughput" in merged:
+        new["servers"] = old.get("servers", {})
+    elif old.get("throughput"):
+        kept = 0
+        for mix, cells in old["throughput"].items():
+            for label, cell in cells.items():
+                cell.setdefault("run", old_run)
+                mine = new["throughput"].setdefault(mix, {})
+                if label in mine:
+                    replaced = cell.pop("replaced", [])
+                    mine[label]["replaced"] = [{**cell.get("run", {}), **_summary(cell)}] + replaced
+                else:
+                    mine[label] = cell
+                    kept += 1
+        for label, info in old.get("servers", {}).items():
+            new.setdefault("servers", {}).setdefault(label, info)
+        if kept:
+            merged.append(f"throughput ({kept} cells)")
+    new["environment"]["merged"] = {"from": old_run["date"], "sections": merged, "command": old_run["command"]}
+    return new
+
+
+def _summary(cell: dict[str, Any]) -> dict[str, Any]:
+    keys = ("max_qps", "cpu_per_100k", "p99", "p999", "interference", "load_interference", "limit", "error")
+    return {k: cell.get(k) for k in keys}
 
 
 def save(results: dict[str, Any], out: Path) -> Path:

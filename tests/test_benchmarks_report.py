@@ -1,0 +1,167 @@
+"""The benchmark's own logic, without running a benchmark: the answer checker's verdicts, what
+limited a rate, the comparison with CoreDNS's better setting, re-measured cells, and that the
+README's generated summary is the one the stored results give.
+
+The suite itself runs in tests/test_benchmarks_smoke.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import dns.flags
+import dns.message
+import dns.rcode
+import dns.rrset
+
+from benchmarks import checker, load, report, suite
+from benchmarks.dataset import Spec, svc_name
+from benchmarks.queries import BASE_MIXES, CASE, MIXES, RANDOM_SUBDOMAIN
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = Spec(imports=4, headless=(10,))
+EXPECTED = checker.Expected(SPEC)
+
+
+def reply(name: str, rdtype: str, rcode: int = dns.rcode.NOERROR, records: list[str] = (), owner: str | None = None,
+          soa: bool = False) -> dns.message.Message:
+    """A reply to `name rdtype` as a server would send it (records as rdata text)."""
+    msg = dns.message.make_response(dns.message.make_query(name, rdtype))
+    msg.set_rcode(rcode)
+    if records:
+        msg.answer.append(dns.rrset.from_text_list((owner or name) + ".", 5, "IN", rdtype, list(records)))
+    if soa:
+        msg.authority.append(dns.rrset.from_text(
+            "clusterset.local.", 5, "IN", "SOA", "ns.dns.clusterset.local. hostmaster.clusterset.local. 1 7200 1800 86400 5"))
+    return msg
+
+
+def test_checker_accepts_right_answers_in_any_case() -> None:
+    name = svc_name(SPEC, 1)  # odd: IPv4 only
+    assert checker.verdict(EXPECTED, name, "A", reply(name, "A", records=["10.96.0.1"])) is None
+    spelled = "SvC-1.BENCH-1.svc.ClusterSet.local"
+    assert checker.verdict(EXPECTED, spelled, "A", reply(spelled, "A", records=["10.96.0.1"], owner=name)) is None
+    assert checker.verdict(EXPECTED, name, "AAAA", reply(name, "AAAA", soa=True)) is None  # NODATA
+    missing = "abc." + name
+    assert checker.verdict(EXPECTED, missing, "A", reply(missing, "A", dns.rcode.NXDOMAIN, soa=True)) is None
+    # CoreDNS's SRV weight for a dual-stack service (two VIPs, one target) is 50.
+    even = svc_name(SPEC, 2)
+    assert checker.verdict(EXPECTED, even, "SRV", reply(even, "SRV", records=[f"0 50 80 {even}."])) is None
+
+
+def test_checker_flags_wrong_answers() -> None:
+    name = svc_name(SPEC, 1)
+    spelled = "SvC-1.BENCH-1.svc.ClusterSet.local"
+    # Another spelling's reply (what a packet cache keyed wrongly would send back).
+    assert "question echoed" in checker.verdict(EXPECTED, spelled, "A", reply(name, "A", records=["10.96.0.1"]))
+    assert "answer data differs" in checker.verdict(EXPECTED, name, "A", reply(name, "A", records=["10.96.0.2"]))
+    assert "answer data differs" in checker.verdict(EXPECTED, name, "A", reply(name, "A", records=["10.96.0.1", "10.96.0.2"]))
+    assert "rcode NXDOMAIN" in checker.verdict(EXPECTED, name, "A", reply(name, "A", dns.rcode.NXDOMAIN, soa=True))
+    assert "rcode NOERROR" in checker.verdict(EXPECTED, "x." + name, "A", reply("x." + name, "A", soa=True))
+    assert "without SOA" in checker.verdict(EXPECTED, name, "AAAA", reply(name, "AAAA"))
+    assert "answer record" in checker.verdict(EXPECTED, name, "A", reply(name, "A", records=["10.96.0.1"], owner="x." + name))
+    truncated = reply(name, "A", records=["10.96.0.1"])
+    truncated.flags |= dns.flags.TC
+    assert checker.verdict(EXPECTED, name, "A", truncated) == "truncated"  # asked with EDNS: everything fits
+
+
+def test_checker_takes_a_truncated_reply_to_a_query_without_edns() -> None:
+    hl = "hl-10.bench-hl.svc.clusterset.local"
+    part = reply(hl, "A", records=["10.64.160.0", "10.64.160.1"])  # 2 of the 10 addresses, TC set
+    part.flags |= dns.flags.TC
+    assert checker.verdict(EXPECTED, hl, "A", part, edns=False) is None
+    empty = reply(hl, "A")
+    empty.flags |= dns.flags.TC
+    assert checker.verdict(EXPECTED, hl, "A", empty, edns=False) is None
+    wrong = reply(hl, "A", records=["10.64.160.0", "10.9.9.9"])
+    wrong.flags |= dns.flags.TC
+    assert "answer data differs" in checker.verdict(EXPECTED, hl, "A", wrong, edns=False)
+    # Without TC a partial answer is wrong whatever was asked.
+    assert "answer data differs" in checker.verdict(EXPECTED, hl, "A", reply(hl, "A", records=["10.64.160.0"]), edns=False)
+
+
+def test_limit_of_a_rate() -> None:
+    # (asked, achieved, loss, passed, server core busy, dnsperf core busy)
+    passed = (50_000, 49_900, 0.0, True, 0.6, 0.5)
+    assert load.limit_of([passed], 50_000) == "not reached"
+    assert load.limit_of([passed, (60_000, 52_000, 0.01, False, 0.97, 0.7)], 50_000) == "server"
+    assert load.limit_of([passed, (60_000, 52_000, 0.01, False, 0.6, 0.99)], 50_000) == "load generator"
+    # dnsperf fell short of the asked rate, nothing was lost, the server had CPU to spare.
+    assert load.limit_of([passed, (60_000, 52_000, 0.0, False, 0.6, 0.5)], 50_000) == "load generator"
+    assert load.limit_of([passed, (60_000, 52_000, 0.01, False, 0.5, 0.5)], 50_000) == "unclear"
+    assert load.limit_of([(40_000, 39_000, 0.0, False, 0.99, 0.2), passed], 50_000) == "not reached"
+
+
+def _cell(qps: float, cpu: float, p999: float) -> dict:
+    return {"max_qps": qps, "probe_qps": qps, "cpu_per_100k": cpu, "p50": 1e-4, "p99": 5e-4, "p999": p999,
+            "rcodes": {"NOERROR": 1}, "error": None, "limit": "server", "check": {"checked": 10, "wrong": 0, "unanswered": 0}}
+
+
+def _fair_results() -> dict:
+    t = {}
+    for mix in MIXES:
+        t[mix] = {
+            "mcsdns": _cell(100_000, 1.0 if mix in BASE_MIXES else 1.2, 0.001),
+            "coredns": _cell(30_000, 3.0, 0.002),
+            "coredns-cache30": _cell(60_000, 1.6, 0.0015),
+            "knot": _cell(140_000, 0.9, 0.0009),
+        }
+    t[RANDOM_SUBDOMAIN]["coredns"] = _cell(70_000, 1.4, 0.0009)  # better than with cache on this mix
+    return {"environment": {"date": "d", "commit": "c", "command": "x"}, "throughput": t}
+
+
+def test_ratios_and_targets_take_coredns_at_its_better_setting() -> None:
+    results = _fair_results()
+    assert report.ratio(results, "clusterset_a", "mcsdns", "coredns") == 100_000 / 60_000
+    assert report.ratio(results, RANDOM_SUBDOMAIN, "mcsdns", "coredns") == 100_000 / 70_000
+    got = {t["target"].split(": ", 1)[1]: t for t in report.fair_targets(results)}
+    assert got[report.FAIR_TARGETS[0]]["met"] is False  # 1.43x on the random-subdomain flood
+    assert "1.43x" in got[report.FAIR_TARGETS[0]]["measured"] and RANDOM_SUBDOMAIN in got[report.FAIR_TARGETS[0]]["measured"]
+    assert got[report.FAIR_TARGETS[1]]["met"] is True  # 1.2x
+    assert got[report.FAIR_TARGETS[2]]["met"] is True  # 1.2x
+    assert got[report.FAIR_TARGETS[3]]["met"] is True  # 1.11x
+    assert got[report.FAIR_TARGETS[4]]["met"] is False  # 0.001 against the cache-less CoreDNS's 0.0009 there
+    # Without the cached CoreDNS, nothing can be claimed against CoreDNS.
+    del_cache = copy.deepcopy(results)
+    for cells in del_cache["throughput"].values():
+        del cells["coredns-cache30"]
+    got = {t["target"].split(": ", 1)[1]: t for t in report.fair_targets(del_cache)}
+    assert got[report.FAIR_TARGETS[0]]["met"] is None and got[report.FAIR_TARGETS[4]]["met"] is None
+    # A missing off-cache mix leaves the random-case target unmeasured, not met.
+    partial = copy.deepcopy(results)
+    del partial["throughput"]["aaaa" + CASE]
+    got = {t["target"].split(": ", 1)[1]: t for t in report.fair_targets(partial)}
+    assert got[report.FAIR_TARGETS[1]]["met"] is None
+
+
+def test_readme_summary_of_a_fair_run_shows_cached_and_off_cache_figures() -> None:
+    results = _fair_results()
+    results["throughput"][RANDOM_SUBDOMAIN]["mcsdns"]["limit"] = "load generator"
+    block = report.readme_block(results)
+    assert "To be re-measured" not in block
+    assert "| clusterset_a | 100,000 (1.00 s) | 100,000 (1.20 s) | 60,000 (1.60 s) [CoreDNS, cache 30] |" in block
+    assert f"| {RANDOM_SUBDOMAIN} | | 100,000 ‡ (1.20 s) | 70,000 (1.40 s) [CoreDNS] |" in block
+    assert "\n".join(report.targets_markdown(results)) in block
+
+
+def test_a_remeasured_cell_keeps_what_it_replaced() -> None:
+    old = _fair_results()
+    new = {"environment": {"date": "later", "command": "again"}, "throughput": {"clusterset_a": {"mcsdns": _cell(90_000, 1.1, 0.001)}},
+           "servers": {}}
+    merged = suite.merge(copy.deepcopy(old), new, {"scale": True, "propagation": True})
+    cell = merged["throughput"]["clusterset_a"]["mcsdns"]
+    assert cell["max_qps"] == 90_000
+    assert cell["replaced"][0]["max_qps"] == 100_000 and cell["replaced"][0]["date"] == "d"
+    assert merged["throughput"]["aaaa"]["mcsdns"]["max_qps"] == 100_000  # not re-measured: kept
+    assert merged["throughput"]["clusterset_a"]["knot"]["run"]["date"] == "d"
+
+
+def test_readme_summary_is_generated_from_the_stored_results() -> None:
+    results = json.loads((ROOT / "benchmarks" / "results" / "results.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    block = report.readme_block(results)
+    assert block in readme, "README's benchmark summary is stale: python -m benchmarks report benchmarks/results --readme README.md"
+    md = (ROOT / "benchmarks" / "results" / "results.md").read_text()
+    assert "\n".join(report.targets_markdown(results)) in md
