@@ -42,10 +42,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import Config, ConfigError
-from .querylog import TYPE_TEXT, client_text, errors, name_text
+from .querylog import client_text, errors, name_text
 from .replycheck import check_reply, mix_case
 from .transport import LocalReply
-from .wire import MAX_UDP, REFUSED, SERVFAIL, TC, Query, error_reply, opt_record
+from .vocab import AXFR, IXFR, REFUSED, SERVFAIL, type_text
+from .wire import MAX_UDP, TC, Query, error_reply, opt_record
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -63,7 +64,6 @@ IP_RECVERR = getattr(socket, "IP_RECVERR", 11)  # Linux values; Python names the
 IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
 
 U16 = struct.Struct(">H")
-AXFR, IXFR = 252, 251
 # `. IN NS`, RD set (CoreDNS health checks use recursion desired by default); ID 0 is replaced on send.
 PROBE = b"\x00\x00\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"\x00\x00\x02\x00\x01"
 PROBE_QUESTION = PROBE[12:]
@@ -488,7 +488,7 @@ class Forwarder:
             self.metrics.proxy_observe(upstream.label, reply[3] & 0x0F, time.perf_counter() - started)
             return self._for_client(q, reply, tcp)
         errors.log("forward", logging.ERROR, "plugin/errors: 2 %s %s: %s", name_text(q.raw[12 : q.qend - 4]),
-                   TYPE_TEXT.get(q.qtype) or f"TYPE{q.qtype}", reason)
+                   type_text(q.qtype), reason)
         return LocalReply(error_reply(q.raw, SERVFAIL, q))
 
     def _order(self) -> list[Upstream]:

@@ -31,6 +31,7 @@ from . import __version__
 from .querylog import client_text, errors
 from .replycheck import REASONS as MISMATCH_REASONS
 from .transport import server_label
+from .vocab import BADVERS, RCODE_TEXT, TYPE_TEXT
 from .wire import Query
 
 if TYPE_CHECKING:
@@ -45,15 +46,9 @@ PROGRAMMING_BUCKETS = tuple(0.001 * 2**k for k in range(20))  # plugin/kubernete
 PROXY_BUCKETS = DURATION_BUCKETS  # plugin/pkg/proxy/metrics.go: ExponentialBuckets(.00025, 2, 16)
 
 # The qtype label values CoreDNS keeps (plugin/metrics/vars/report.go); everything else is "other".
-QTYPE_NAMES = {
-    1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA", 33: "SRV",
-    43: "DS", 46: "RRSIG", 47: "NSEC", 48: "DNSKEY", 50: "NSEC3", 64: "SVCB", 65: "HTTPS",
-    251: "IXFR", 252: "AXFR", 255: "ANY",
-}  # fmt: skip
-RCODE_NAMES = {
-    0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
-    6: "YXDOMAIN", 7: "YXRRSET", 8: "NXRRSET", 9: "NOTAUTH", 10: "NOTZONE", 16: "BADVERS",
-}  # fmt: skip
+_LABELLED_TYPES = (1, 2, 5, 6, 12, 15, 16, 28, 33, 43, 46, 47, 48, 50, 64, 65, 251, 252, 255)
+QTYPE_NAMES = {t: TYPE_TEXT[t] for t in _LABELLED_TYPES}
+RCODE_NAMES = RCODE_TEXT
 AA = 0x04  # in the third header byte
 
 ROOT = "."  # the zone label of forwarded and out-of-zone queries
@@ -100,7 +95,6 @@ def _fmt(bound: float) -> str:
     return repr(value) if not value.is_integer() else str(int(value))
 
 
-BADVERS = 16  # our index for the extended rcode the resolver writes into the OPT record
 
 # A series' counters live in one flat list, so the query path does `counts[i] += 1` on a local
 # instead of attribute hops and method calls (those cost as much as the counting itself).
@@ -111,7 +105,7 @@ REQ_SIZE = TYPES + len(TYPE_LABELS)  # request size buckets (+Inf last)
 RESP_SIZE = REQ_SIZE + N_SIZE  # response size buckets
 DURATION = RESP_SIZE + N_SIZE  # duration buckets
 RESPONSES = DURATION + len(DURATION_BUCKETS) + 1  # [rcode * 3 + plugin index]
-DO = RESPONSES + (BADVERS + 1) * len(PLUGINS)  # requests with the DO bit
+DO = RESPONSES + (BADVERS + 1) * len(PLUGINS)  # requests with the DO bit (BADVERS: the extended rcode the resolver writes into OPT)
 N_COUNTS = DO + 1
 SUM_REQ, SUM_RESP, SUM_DURATION = 0, 1, 2
 

@@ -31,16 +31,14 @@ import struct
 from dataclasses import dataclass
 
 from . import compile as zone
+from . import vocab
 from . import reverse
 from .names import Kind, parse
 from .table import Table
+from .vocab import AXFR, BADVERS, CLASS_IN, FORMERR, IXFR, NOTIMP, REFUSED
 from .wire import (
-    BADVERS,
-    FORMERR,
     MAX_TCP,
     MAX_UDP,
-    NOTIMP,
-    REFUSED,
     Body,
     Malformed,
     Query,
@@ -51,8 +49,6 @@ from .wire import (
     split_labels,
 )
 
-AXFR, IXFR = 252, 251
-CLASS_IN = 1
 PACKET_CACHE_ENTRIES = 32768  # distinct UDP query packets whose replies are kept
 PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, then refilled)
 _ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slot, tuple, Query and object headers
@@ -215,13 +211,13 @@ class Resolver:
         if q.qclass != CLASS_IN or q.qtype in (AXFR, IXFR):
             return error_reply(q.raw, REFUSED, q)
         reversed_ = zwire in table.reverse_zones  # --reverse-cidr
-        if q.qtype != zone.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
+        if q.qtype != vocab.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
             # A name that cannot exist, told from its shape (random-subdomain floods): the shared
             # NXDOMAIN body, without the zone logic. Kept in neither cache: storing a reply costs more
             # than this lane (profiled: ~2.5 us against ~4 us for the whole query), and unique names
             # would only push out the replies that are costly to make.
             self._keep = False
-            return self.reply(q, table.negative(zone.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
+            return self.reply(q, table.negative(vocab.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
         labels = split_labels(q.lname[: len(q.lname) - len(zwire)])
         if reversed_:
             ans = reverse.answer(labels, split_labels(zwire), q.qtype, table.ptr, table.forward_zones, table.ttl,
@@ -233,9 +229,9 @@ class Resolver:
         if ans.nxdomain and not table.synced:
             ans = zone.NOT_SYNCED
         body = table.render(q.lname, len(zwire), ans)
-        if ans.soa and not ans.answer and not ans.additional and ans.rcode != zone.SERVFAIL and table.synced:
+        if ans.soa and not ans.answer and not ans.additional and ans.rcode != vocab.SERVFAIL and table.synced:
             self._remember_negative(key, body)
-        elif not ans.nxdomain and ans.rcode == zone.NOERROR:
+        elif not ans.nxdomain and ans.rcode == vocab.NOERROR:
             req = parse(labels)
             if req.kind is Kind.SERVICE:
                 table.remember((req.namespace, req.service), key, body)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from . import compile as zone
+from . import vocab
 from . import reverse
 from .compile import Service
 from .store import Changes, ServiceKey, Store
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QTYPE_IN = {t: struct.pack(">HH", t, 1) for t in zone.COMPILED_TYPES}
-PTR_IN = struct.pack(">HH", zone.PTR, 1)
+QTYPE_IN = {t: struct.pack(">HH", t, vocab.CLASS_IN) for t in zone.COMPILED_TYPES}
+PTR_IN = struct.pack(">HH", vocab.PTR, vocab.CLASS_IN)
 # Per service, how many answers computed on first query (per-endpoint names, odd
 # spellings) are kept; bounds memory against clients walking random names.
 LAZY_LIMIT = 4096
@@ -124,7 +125,7 @@ class Table:
             body = self._negative[(rcode, zone_at)] = Body(AA | rcode, 0, 0, 0, b"", (), (), True, zone_at)
         return body
 
-    def render(self, lname: bytes, zone_len: int, ans: zone.Answer) -> Body:
+    def render(self, lname: bytes, zone_len: int, ans: vocab.Answer) -> Body:
         if ans.soa and not ans.answer and not ans.additional:
             return self.negative(ans.rcode, 12 + len(lname) - zone_len)
         return Renderer(lname, zone_len).render(ans, min(self.ttl, 300), self.ttl, self.serial & 0xFFFFFFFF)
@@ -242,8 +243,8 @@ class Table:
 
     def _compile_apex(self) -> None:
         for zwire in self.zones:
-            k = zwire + struct.pack(">HH", zone.SOA, 1)
-            self.answers[k] = self.render(zwire, len(zwire), zone.Answer(zone.NOERROR, apex_soa=True))
+            k = zwire + struct.pack(">HH", vocab.SOA, 1)
+            self.answers[k] = self.render(zwire, len(zwire), vocab.Answer(vocab.NOERROR, apex_soa=True))
 
     # ----------------------------------------------------------------- names that cannot exist
 

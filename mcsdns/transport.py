@@ -20,7 +20,8 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from .querylog import errors
 from .resolve import Forward, Resolver
-from .wire import FORMERR, Query, error_reply
+from .vocab import FORMERR
+from .wire import Query, error_reply
 
 log = logging.getLogger(__name__)
 
