@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import Config, ConfigError
+from .config import Config, ConfigError, check_upstreams, hostport_text
 from .querylog import client_text, errors, name_text
 from .replycheck import check_reply, mix_case
 from .transport import LocalReply
@@ -84,9 +84,7 @@ class UpstreamError(Exception):
 def upstreams_from_config(config: Config, resolv_conf: Path = RESOLV_CONF) -> list[tuple[str, int]]:
     """--upstream as given; without it, resolv.conf's nameservers minus our own listen addresses."""
     if config.upstreams is not None:
-        for host, _ in config.upstreams:
-            _ip(host, "--upstream")
-        return list(config.upstreams)
+        return list(config.upstreams)  # checked by Config.validate
     found = read_resolv_conf(resolv_conf)
     keep = []
     for host in found:
@@ -119,13 +117,6 @@ def read_resolv_conf(path: Path) -> list[str]:
             if host not in out:
                 out.append(host)
     return out
-
-
-def _ip(host: str, flag: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        raise ConfigError(f"{flag} {host!r}: must be an IP address (names would need a resolver to find the resolver)") from None
 
 
 def is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
@@ -169,14 +160,10 @@ def check_loops(upstreams: list[tuple[str, int]], listen: list[tuple[str, int]])
         for addr in listen:
             if is_self(up, addr):
                 raise ForwardingLoop(
-                    f"--upstream {_hostport(*up)} is this server's own listen address {_hostport(*addr)}: "
+                    f"--upstream {hostport_text(*up)} is this server's own listen address {hostport_text(*addr)}: "
                     f"out-of-zone queries would be forwarded to ourselves in a loop. "
                     f"Give a different upstream, or --upstream none to refuse out-of-zone names"
                 )
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # --------------------------------------------------------------------------- UDP
@@ -267,7 +254,7 @@ class Upstream:
     def __init__(self, host: str, port: int, metrics: "Metrics | None" = None) -> None:
         self.addr = (host, port)
         self.family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.label = _hostport(host, port)  # CoreDNS's `to` label: net.JoinHostPort
+        self.label = hostport_text(host, port)  # CoreDNS's `to` label: net.JoinHostPort
         self.metrics = metrics
         # What a UDP reply's source must be, spelled as recvfrom spells addresses (inet_ntop).
         self.peer = (socket.inet_ntop(self.family, socket.inet_pton(self.family, host)), port)
@@ -439,8 +426,7 @@ class Forwarder:
     def __init__(self, upstreams: list[tuple[str, int]], config: Config, metrics: "Metrics") -> None:
         if not upstreams:
             raise ConfigError("forwarding needs at least one upstream")
-        for host, _ in upstreams:
-            _ip(host, "--upstream")
+        check_upstreams(upstreams)
         self.upstreams = [Upstream(host, port, metrics) for host, port in upstreams]
         self.timeout = config.upstream_timeout
         self.policy = config.upstream_policy

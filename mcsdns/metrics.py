@@ -21,7 +21,8 @@ import logging
 import platform
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Iterable
+from dataclasses import dataclass
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -30,12 +31,8 @@ from prometheus_client.registry import Collector
 from . import __version__
 from .querylog import client_text, errors
 from .replycheck import REASONS as MISMATCH_REASONS
-from .transport import server_label
 from .vocab import BADVERS, RCODE_TEXT, TYPE_TEXT
 from .wire import Query
-
-if TYPE_CHECKING:
-    from .app import App
 
 log = logging.getLogger(__name__)
 
@@ -189,12 +186,48 @@ class _Series:
         return out
 
 
+class TableView(Protocol):
+    """What the metrics read of the record table: its zones, its zone matching and its sizes."""
+
+    zones: tuple[bytes, ...]  # wire form
+    reverse_zones: AbstractSet[bytes]
+    answers: Mapping[bytes, object]
+    owned: Mapping[object, object]
+    synced: bool
+    generation: int
+
+    def zone_of(self, lname: bytes) -> bytes | None: ...
+
+
+class UpstreamView(Protocol):
+    label: str
+    down: bool
+
+
+class ForwarderView(Protocol):
+    upstreams: Sequence[UpstreamView]
+    inflight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Views:
+    """The running server as the metrics see it: read-only, read at scrape time (and the table's
+    zone matching per packet). The App builds it; the metrics never see the App."""
+
+    table: TableView
+    object_counts: Callable[[], Mapping[str, int]]  # objects known, by kind (Store.counts)
+    servers: Callable[[], Iterable[str]]  # the listeners' `server` labels (dns://host:port)
+    forwarder: ForwarderView | None = None
+
+
 class Metrics(Collector):
     """Counts from the query path, the forwarder and the sources, published on scrape."""
 
-    def __init__(self, registry: CollectorRegistry, app: "App | None" = None) -> None:
-        self.app = app
-        self._zones: list[tuple[bytes, str]] = []  # (wire name, label), set by `set_zones`
+    def __init__(self, registry: CollectorRegistry, views: Views | None = None) -> None:
+        self.views: Views | None = None
+        self._zones: list[tuple[bytes, str]] = []  # (wire name, label), set by `attach`
+        self._zone_labels: dict[bytes, str] = {}
+        self._zone_of: Callable[[bytes], bytes | None] | None = None
         self._single_zone: str | None = None
         # listener -> zone label -> series; listeners hash by identity, so no key tuples per query.
         self._series: dict[Any, dict[str, _Series]] = {}
@@ -241,12 +274,16 @@ class Metrics(Collector):
             ProcessCollector(registry=registry)
         except ValueError:
             pass  # already registered on this registry
-        if app is not None:
-            self.set_zones(app.table.zones + tuple(sorted(app.table.reverse_zones)))
+        if views is not None:
+            self.attach(views)
 
-    def set_zones(self, zones: Iterable[bytes]) -> None:
-        """The served zones in wire form, for the `zone` label."""
-        self._zones = [(z, _zone_label(z)) for z in zones]
+    def attach(self, views: Views) -> None:
+        """Read the server through `views` from now on; the table's zones label the DNS series."""
+        self.views = views
+        table = views.table
+        self._zones = [(z, _zone_label(z)) for z in table.zones + tuple(sorted(table.reverse_zones))]
+        self._zone_labels = dict(self._zones)
+        self._zone_of = table.zone_of
         self._single_zone = self._zones[0][1] if len(self._zones) == 1 else None
 
     # ----------------------------------------------------------------- hot path
@@ -307,15 +344,11 @@ class Metrics(Collector):
             errors.log("malformed", logging.WARNING, "malformed query from %s (%d bytes): FORMERR", client_text(client), len(data))
 
     def _zone(self, q: Query | None) -> str:
-        """The served zone containing the question, else `.` (zones are few: a scan is fine)."""
-        if q is None:
+        """The served zone containing the question as the table matches it, else `.`."""
+        if q is None or self._zone_of is None:
             return ROOT
-        lname = q.lname
-        best, best_len = ROOT, -1
-        for zwire, label in self._zones:
-            if len(zwire) > best_len and lname.endswith(zwire) and _label_boundary(lname, len(lname) - len(zwire)):
-                best, best_len = label, len(zwire)
-        return best
+        zwire = self._zone_of(q.lname)
+        return ROOT if zwire is None else self._zone_labels[zwire]
 
     # ----------------------------------------------------------------- forwarding
 
@@ -425,14 +458,13 @@ class Metrics(Collector):
         """coredns_plugin_enabled: what a CoreDNS with the equivalent Corefile would report."""
         fam = GaugeMetricFamily("coredns_plugin_enabled", "A metric that indicates whether a plugin is enabled on per server and zone basis.",
                                 labels=["server", "zone", "view", "name"])
-        app = self.app
-        if app is None:
+        views = self.views
+        if views is None:
             return fam
-        for host, port in app.server.addresses:
-            server = server_label(host, port)
+        for server in views.servers():
             for _, zone in self._zones:
                 fam.add_metric([server, zone, VIEW, "kubernetes"], 1)
-            if app.forwarder is not None:
+            if views.forwarder is not None:
                 fam.add_metric([server, ROOT, VIEW, "forward"], 1)
         return fam
 
@@ -453,7 +485,7 @@ class Metrics(Collector):
         rejects = CounterMetricFamily("coredns_forward_max_concurrent_rejects", "Counter of the number of queries rejected because the concurrent queries were at maximum.")
         rejects.add_metric([], self.max_concurrent_rejects)
         yield rejects
-        forwarder = self.app.forwarder if self.app is not None else None
+        forwarder = self.views.forwarder if self.views is not None else None
         if forwarder is not None:
             up = GaugeMetricFamily("mcsdns_forward_upstream_up", "1 while an upstream is considered healthy, 0 while it is marked down.", labels=["to"])
             for upstream in forwarder.upstreams:
@@ -493,16 +525,14 @@ class Metrics(Collector):
             since = GaugeMetricFamily("mcsdns_seconds_since_last_sync", "Seconds since the source last confirmed the state with the API or files.")
             since.add_metric([], time.monotonic() - self.last_sync)
             yield since
-        app = self.app
-        if app is None:
-            return
-        yield from self._collect_table(app)
+        if self.views is not None:
+            yield from self._collect_table(self.views)
 
-    def _collect_table(self, app: "App") -> Iterable:
+    def _collect_table(self, views: Views) -> Iterable:
         """Table and store sizes, read from the live objects at scrape time (no gauges to keep in step)."""
-        table, store = app.table, app.store
+        table = views.table
         objs = GaugeMetricFamily("mcsdns_objects", "Objects known, by kind.", labels=["kind"])
-        for kind, n in store.counts().items():
+        for kind, n in views.object_counts().items():
             objs.add_metric([kind], n)
         yield objs
         answers = GaugeMetricFamily("mcsdns_compiled_answers", "Answers (name, type) compiled into the record table.")
@@ -530,9 +560,3 @@ def _zone_label(zwire: bytes) -> str:
         i += zwire[i] + 1
     return ".".join(labels) + "."
 
-
-def _label_boundary(lname: bytes, at: int) -> bool:
-    i = 0
-    while i < at:
-        i += lname[i] + 1
-    return i == at

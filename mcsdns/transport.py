@@ -71,32 +71,6 @@ class TcpLimits:
     max_queries: int = 0  # per connection; 0 = unlimited
 
 
-def parse_hostport(text: str, default_port: int = 53) -> tuple[str, int]:
-    """`HOST:PORT`, `[V6]:PORT`, `HOST` or `[V6]` -> (host, port); ValueError with a reason."""
-    text = text.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise ValueError(f"{text!r}: missing ']'")
-        host, rest = text[1:end], text[end + 1 :]
-        if rest and not rest.startswith(":"):
-            raise ValueError(f"{text!r}: expected ':PORT' after ']'")
-        port_text = rest[1:] if rest else ""
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    elif ":" in text:
-        host, port_text = text, ""  # a bare IPv6 address
-    else:
-        host, port_text = text, ""
-    if not host:
-        raise ValueError(f"{text!r}: empty host")
-    if port_text == "":
-        return host, default_port
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"{text!r}: port must be 0..65535")
-    return host, int(port_text)
-
-
 class DnsServer:
     """All listeners of one process, sharing one resolver."""
 
@@ -309,4 +283,4 @@ def server_label(host: str, port: int) -> str:
     return f"dns://{_fmt(host, port)}"
 
 
-__all__ = ["DnsServer", "Listener", "LocalReply", "TcpLimits", "parse_hostport", "server_label", "FORMERR"]
+__all__ = ["DnsServer", "Listener", "LocalReply", "TcpLimits", "server_label", "FORMERR"]

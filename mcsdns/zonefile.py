@@ -35,8 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from . import compile as zone
 from . import vocab
-from .app import advertised_addresses
-from .config import Config, ConfigError
+from .config import Config, ConfigError, advertised_addresses
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
 from .table import Table, TableConfig
