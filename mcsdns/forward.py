@@ -2,7 +2,8 @@
 
 A query the resolver hands over (`Forward`) goes to one upstream at a time,
 chosen by policy (random, round_robin, sequential) among the healthy ones,
-until one replies or the per-query timeout runs out (then SERVFAIL). The
+until one replies or the per-query timeout runs out (then SERVFAIL: the error replies are the
+resolver's, `resolve.forward_failed` and `resolve.forward_overloaded`). The
 client's message goes out byte for byte except the ID, and the upstream's
 reply comes back byte for byte except the ID; the one exception is a reply
 too large for the client's UDP buffer, which is cut to a TC=1 header so the
@@ -44,9 +45,9 @@ from typing import TYPE_CHECKING
 from .config import Config, ConfigError, check_upstreams, hostport_text
 from .querylog import client_text, errors, name_text
 from .replycheck import check_reply, mix_case
-from .transport import LocalReply
-from .vocab import AXFR, IXFR, REFUSED, SERVFAIL, type_text
-from .wire import MAX_UDP, TC, Query, error_reply, opt_record
+from .resolve import LocalReply, forward_failed, forward_overloaded
+from .vocab import AXFR, IXFR, type_text
+from .wire import MAX_UDP, TC, Query, opt_record
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -447,7 +448,7 @@ class Forwarder:
         """The reply for the client: the upstream's (client's ID), or our SERVFAIL/REFUSED."""
         if self.inflight >= self.max_concurrent:
             self.metrics.max_concurrent_rejects += 1
-            return LocalReply(error_reply(q.raw, REFUSED, q))
+            return forward_overloaded(q)
         self.inflight += 1
         try:
             return await self._resolve(q, tcp)
@@ -475,7 +476,7 @@ class Forwarder:
             return self._for_client(q, reply, tcp)
         errors.log("forward", logging.ERROR, "plugin/errors: 2 %s %s: %s", name_text(q.raw[12 : q.qend - 4]),
                    type_text(q.qtype), reason)
-        return LocalReply(error_reply(q.raw, SERVFAIL, q))
+        return forward_failed(q)
 
     def _order(self) -> list[Upstream]:
         """Upstreams to try, in policy order, healthy ones only unless none is healthy."""

@@ -35,7 +35,7 @@ from . import vocab
 from . import reverse
 from .names import Kind, parse
 from .table import Table
-from .vocab import AXFR, BADVERS, CLASS_IN, FORMERR, IXFR, NOTIMP, REFUSED
+from .vocab import AXFR, BADVERS, CLASS_IN, FORMERR, IXFR, NOTIMP, REFUSED, SERVFAIL
 from .wire import (
     MAX_TCP,
     MAX_UDP,
@@ -60,6 +60,31 @@ _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garb
 # bytes 0x41-0x5A, never a label length (<= 63) or the root, and no compiled type or class
 # (A, AAAA, SRV, SOA, ... and IN) has such a byte (tests/test_resolve_lanes.py checks that).
 _PLAIN = b"\x00\x01\x00\x00\x00\x00\x00\x00"
+
+
+class LocalReply(bytes):
+    """A reply written by this server in the forward path (SERVFAIL, REFUSED), not by an upstream.
+
+    Still plain bytes to send; observers tell it apart by type, so metrics label
+    it plugin "" like CoreDNS's server-written errors, and upstream replies "forward".
+    """
+
+    __slots__ = ()
+
+
+def not_forwarding(q: Query) -> LocalReply:
+    """A query handed to the forward path with no forwarder: REFUSED, as names outside the zones get."""
+    return LocalReply(error_reply(q.raw, REFUSED, q))
+
+
+def forward_overloaded(q: Query) -> LocalReply:
+    """The forwarder is at --max-concurrent: REFUSED (CoreDNS forward's max_concurrent)."""
+    return LocalReply(error_reply(q.raw, REFUSED, q))
+
+
+def forward_failed(q: Query) -> LocalReply:
+    """No upstream answered in time, or forwarding raised: SERVFAIL."""
+    return LocalReply(error_reply(q.raw, SERVFAIL, q))
 
 
 @dataclass(slots=True)
@@ -131,6 +156,11 @@ class Resolver:
                 entry = (reply[2:12], q, reply[q.qend :], None if span is None else (*span, data[span[0] : span[1]]))
                 self._store(self._folded, folded, len(data), reply, entry)
         return reply
+
+    def panicked(self, data: bytes) -> bytes | None:
+        """The reply when `handle` raised on `data` (a bug): SERVFAIL if it has a header, else nothing."""
+        self.last_query = None
+        return error_reply(data, SERVFAIL) if len(data) >= 12 else None
 
     def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
         """Keep `entry` (see `handle`) in `cache` under `key`; the packet was `size` bytes long."""

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
 from .querylog import errors
-from .resolve import Forward, Resolver
-from .vocab import FORMERR
-from .wire import Query, error_reply
+from .resolve import Forward, LocalReply, Resolver, forward_failed, not_forwarding
+from .vocab import FORMERR  # noqa: F401 (re-exported, as before)
+from .wire import Query
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +52,6 @@ class Observer(Protocol):
 
 
 ForwardFn = Callable[[Query, bool], Awaitable[bytes | None]]
-
-
-class LocalReply(bytes):
-    """A reply written by this server in the forward path (SERVFAIL, REFUSED), not by an upstream.
-
-    Still plain bytes to send; observers tell it apart by type, so metrics label
-    it plugin "" like CoreDNS's server-written errors, and upstream replies "forward".
-    """
-
-    __slots__ = ()
 
 
 @dataclass(slots=True)
@@ -184,8 +174,7 @@ class DnsServer:
         if self.on_panic is not None:
             self.on_panic()
         errors.log("panic", logging.ERROR, "resolver failed on a %s query", proto, exc_info=True)
-        self.resolver.last_query = None
-        return error_reply(data, 2) if len(data) >= 12 else None
+        return self.resolver.panicked(data)
 
     async def _forward_udp(self, sock, addr, where: Listener, data: bytes, fwd: Forward, started: float) -> None:
         reply = await self._forwarded(fwd, False)
@@ -199,14 +188,14 @@ class DnsServer:
 
     async def _forwarded(self, fwd: Forward, tcp: bool) -> bytes | None:
         if self.forward is None:
-            return LocalReply(error_reply(fwd.query.raw, 5, fwd.query))
+            return not_forwarding(fwd.query)
         try:
             return await self.forward(fwd.query, tcp)
         except Exception:
             if self.on_panic is not None:
                 self.on_panic()
             errors.log("panic", logging.ERROR, "forwarding failed", exc_info=True)
-            return LocalReply(error_reply(fwd.query.raw, 2, fwd.query))
+            return forward_failed(fwd.query)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_event_loop().create_task(coro)
