@@ -23,7 +23,7 @@ import logging
 import struct
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Iterable, Protocol
 
 from . import compile as zone
 from . import vocab
@@ -32,8 +32,19 @@ from .compile import Service
 from .store import Changes, ServiceKey, Store
 from .wire import AA, Body, Renderer, encode_labels, soa_record
 
-if TYPE_CHECKING:
-    from .dnssd import DnsSd
+
+class NameIndex(Protocol):
+    """Names the table compiles on behalf of a feature, told of every change (--dns-sd's `dnssd.DnsSd`).
+
+    A protocol, so the table does not import the feature that imports it."""
+
+    def full(self) -> None: ...
+
+    def update(self, services: Iterable[ServiceKey], namespaces: Iterable[str]) -> None: ...
+
+    def exists(self, lname: bytes) -> bool: ...
+
+    def explain(self, labels: tuple[str, ...]) -> str | None: ...
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +89,7 @@ class Table:
         if networks:
             log.info("authoritative for %d reverse zone(s): %s", len(networks),
                      ", ".join(".".join(reverse.zone_labels(n)) for n in networks))
-        self.dnssd: "DnsSd | None" = None  # --dns-sd: compiled along with the services it lists
+        self.dnssd: NameIndex | None = None  # --dns-sd: compiled along with the services it lists
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
