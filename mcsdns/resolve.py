@@ -329,6 +329,22 @@ class _View:
         return self
 
 
+class _Rotation:
+    """A cached reply of `RoundRobinResolver` whose A/AAAA run rotates: `prefix + rotation` (the
+    packet cache's `data[:2] + hit[0]`) is the reply with the run one record further on."""
+
+    __slots__ = ("before", "run", "width", "after")
+
+    def __init__(self, before: bytes, run: _Run, width: int, after: bytes) -> None:
+        self.before, self.run, self.width, self.after = before, run, width, after
+
+    def __radd__(self, prefix: bytes) -> bytes:
+        run = self.run
+        run.turn = turn = (run.turn + 1) % run.count
+        k = turn * run.size
+        return prefix + self.before + run.ring[k : k + self.width] + self.after
+
+
 class RoundRobinResolver(Resolver):
     """`--loadbalance round_robin`: each reply's A/AAAA answer set starts one record further on.
 
@@ -355,37 +371,24 @@ class RoundRobinResolver(Resolver):
         self._runs: dict[bytes, tuple[int, int, _Run | _SplitRun | None]] = {}
         self._rotated: _Run | None = None  # the run the last reply() rotated, for the packet cache
 
-    def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
-        """As Resolver.handle. Cache entries: (reply[2:], query, None) when nothing rotates, else
-        (b"", query, run, the reply's bytes before the addresses, their length, the bytes after)."""
-        table = self.table
-        if table.generation != self._generation:
-            self.flush()
-        if tcp:
-            return self._handle(data, True)
-        hit = self._packets.get(data[2:])
-        if hit is not None and table.synced:
-            self.last_query = hit[1]
-            run = hit[2]
-            if run is None:
-                return data[:2] + hit[0]
-            run.turn = turn = (run.turn + 1) % run.count
-            k = turn * run.size
-            return data[:2] + hit[3] + run.ring[k : k + hit[4]] + hit[5]
+    def _handle(self, data: bytes, tcp: bool) -> bytes | Forward | None:
         self._rotated = None
-        reply = self._handle(data, False)
-        q = self.last_query
-        if type(reply) is bytes and q is not None and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
-            run = self._rotated
-            if run is _UNCACHED:
-                pass
-            elif run is None:
-                self._store(self._packets, data[2:], len(data), reply, (reply[2:], q, None))
-            elif not reply[2] & 0x02 or not run.start:  # truncated: only a run that leads the answer (all of ours)
-                at = q.qend + run.start  # the body follows the question
-                width = run.end - run.start if not reply[2] & 0x02 else min((reply[6] << 8) | reply[7], run.count) * run.size
-                self._store(self._packets, data[2:], len(data), reply, (b"", q, run, reply[2:at], width, reply[at + width :]))
-        return reply
+        return Resolver._handle(self, data, tcp)
+
+    def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
+        """`Resolver.handle`'s hook: a reply whose addresses rotated is kept under its exact bytes as a
+        `_Rotation`, which `handle`'s hit (`data[:2] + hit[0]`) turns one record further on; a reply
+        that did not rotate is kept as without the flag (letter-case folding included)."""
+        run = self._rotated
+        if run is None:
+            Resolver._store(self, cache, key, size, reply, entry)
+            return
+        if run is _UNCACHED or (reply[2] & 0x02 and run.start):  # truncated: only a run that leads the answer (all of ours)
+            return
+        q = entry[1]
+        at = q.qend + run.start  # the body follows the question
+        width = run.end - run.start if not reply[2] & 0x02 else min((reply[6] << 8) | reply[7], run.count) * run.size
+        Resolver._store(self, self._packets, q.raw[2:], size, reply, (_Rotation(reply[2:at], run, width, reply[at + width :]), q))
 
     def flush(self) -> None:
         super().flush()
