@@ -18,7 +18,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from .vocab import AAAA, BADVERS, CLASS_IN, FORMERR, NOTIMP, NS, OPT, PTR, REFUSED, SERVFAIL, SOA, SRV, TXT, A, Absolute, Answer, Record
+from .vocab import AAAA, CLASS_IN, NS, OPT, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
 
 HEADER = struct.Struct(">HHHHHH")
 U16 = struct.Struct(">H")
