@@ -81,12 +81,12 @@ class App:
         return ManifestSource(paths, self.store, on_error=self.metrics.rejected)
 
     def _make_forwarder(self):
-        from .forward import Forwarder, upstreams_from_config
+        from .forward import ForwardConfig, Forwarder, upstreams_from_config
 
         upstreams = upstreams_from_config(self.config)
         if not upstreams:
             return None
-        return Forwarder(upstreams, self.config, self.metrics)
+        return Forwarder(upstreams, ForwardConfig.of(self.config), self.metrics)
 
     def _server_labels(self) -> list[str]:
         return [server_label(host, port) for host, port in self.server.addresses]
@@ -108,7 +108,7 @@ class App:
             self.source.load()
         self._spawn(self.source.run(self.stop_event), "source")
         if self.forwarder is not None:
-            await self.forwarder.start(self.config, [a for a in self.config.listen])
+            await self.forwarder.start(list(self.config.listen))
         await self._wait_for_sync()
         # The initial objects live as long as the process: move them out of the collector's sight, so
         # a full collection while serving scans only what changed since (a latency spike otherwise).

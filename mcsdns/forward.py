@@ -39,6 +39,7 @@ import random
 import socket
 import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -421,27 +422,43 @@ def _oserror(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- forwarder
 
 
+@dataclass(frozen=True, slots=True)
+class ForwardConfig:
+    """What the forwarder reads of the configuration, built once from it (as `table.TableConfig` is)."""
+
+    zones: tuple[str, ...]  # the served zones, for the log line only
+    timeout: float  # --upstream-timeout
+    policy: str  # --policy
+    max_concurrent: int  # --max-concurrent
+    exact: bool  # --forward-0x20
+
+    @classmethod
+    def of(cls, config: Config) -> "ForwardConfig":
+        return cls(config.zones, config.upstream_timeout, config.upstream_policy, config.max_concurrent, config.forward_0x20)
+
+
 class Forwarder:
     """Sends out-of-zone queries upstream; the transport awaits `forward`."""
 
-    def __init__(self, upstreams: list[tuple[str, int]], config: Config, metrics: "Metrics") -> None:
+    def __init__(self, upstreams: list[tuple[str, int]], settings: ForwardConfig, metrics: "Metrics") -> None:
         if not upstreams:
             raise ConfigError("forwarding needs at least one upstream")
         check_upstreams(upstreams)
         self.upstreams = [Upstream(host, port, metrics) for host, port in upstreams]
-        self.timeout = config.upstream_timeout
-        self.policy = config.upstream_policy
-        self.max_concurrent = config.max_concurrent
-        self.exact = config.forward_0x20
+        self.zones = settings.zones
+        self.timeout = settings.timeout
+        self.policy = settings.policy
+        self.max_concurrent = settings.max_concurrent
+        self.exact = settings.exact
         self.metrics = metrics
         self.inflight = 0
         self._next = 0  # round_robin position
 
-    async def start(self, config: Config, listen: list[tuple[str, int]]) -> None:
+    async def start(self, listen: list[tuple[str, int]]) -> None:
         """Refuse to run as our own upstream (checked before any listener opens)."""
         check_loops([u.addr for u in self.upstreams], list(listen))
         log.info("forwarding names outside %s to %s (policy %s, timeout %.3gs, max %d in flight%s)",
-                 ", ".join(config.zones), ", ".join(u.label for u in self.upstreams),
+                 ", ".join(self.zones), ", ".join(u.label for u in self.upstreams),
                  self.policy, self.timeout, self.max_concurrent, ", dns-0x20" if self.exact else "")
 
     async def forward(self, q: Query, tcp: bool) -> bytes:
@@ -513,6 +530,6 @@ class Forwarder:
 
 
 __all__ = [
-    "Forwarder", "ForwardingLoop", "LocalReply", "Upstream", "UpstreamError",
+    "ForwardConfig", "Forwarder", "ForwardingLoop", "LocalReply", "Upstream", "UpstreamError",
     "check_loops", "is_self", "read_resolv_conf", "upstreams_from_config",
 ]  # fmt: skip
