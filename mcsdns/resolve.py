@@ -4,7 +4,10 @@
 dropped, FORMERR/NOTIMP/BADVERS/REFUSED, a compiled answer, an answer
 computed by the zone logic, SERVFAIL-before-sync, or a hand-off to the
 forwarder. It does no I/O; the transports call it with bytes and send what
-it returns.
+it returns. The replies the transport and the forwarder must write without
+it (the resolver raised, no forwarder, --max-concurrent reached, no upstream
+answered) are decided here too: `Resolver.panicked`, `not_forwarding`,
+`forward_overloaded`, `forward_failed`.
 
 Two bounded caches sit in front of that, both emptied whenever the table's
 generation changes (any change to the data bumps it, and the SOA serial with
