@@ -12,47 +12,22 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
-import socket
 import time
 
 from prometheus_client import CollectorRegistry
 
 from .admin import Admin
-from .config import Config
+from .config import Config, advertised_addresses
 from .discovery import Discovery, Rejection
-from .metrics import Metrics
+from .metrics import Metrics, Views
 from .querylog import QueryLog, chain, errors
 from .resolve import Resolver, RoundRobinResolver
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
 from .table import Table, TableConfig
-from .transport import DnsServer, TcpLimits
+from .transport import DnsServer, TcpLimits, server_label
 
 log = logging.getLogger(__name__)
-
-
-def advertised_addresses(config: Config) -> tuple[str, ...]:
-    """The addresses `ns.dns.<zone>` answers with (project decision 7).
-
-    Explicit `--ns-address` wins; in a pod, POD_IPS/POD_IP (downward API); else
-    the listen addresses, with a wildcard replaced by this host's address.
-    """
-    if config.ns_addresses:
-        return config.ns_addresses
-    pod_ips = os.environ.get("POD_IPS") or os.environ.get("POD_IP")
-    if pod_ips:
-        return tuple(ip.strip() for ip in pod_ips.split(",") if ip.strip())
-    out: list[str] = []
-    for host, _ in config.listen:
-        if host in ("0.0.0.0", "::", ""):
-            try:
-                host = socket.gethostbyname(socket.gethostname())
-            except OSError:
-                host = "127.0.0.1"
-        if host not in out:
-            out.append(host)
-    return tuple(out)
 
 
 class App:
@@ -68,7 +43,7 @@ class App:
             self.store,
         )
         self.store.listener = self.table.on_change
-        self.metrics = Metrics(self.registry, self)
+        self.metrics = Metrics(self.registry)
         self.table.on_programmed = self.metrics.programmed
         if config.uses_api and not config.manifests:
             # Only the API dates its changes; a manifest's managedFields are from whenever it was dumped.
@@ -85,6 +60,7 @@ class App:
             reuse_port=config.workers > 1,
         )
         self.server.on_panic = self.metrics.panic
+        self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder))
         self.source = self._make_source()
         if config.dns_sd:
             from .dnssd import DnsSd
@@ -105,12 +81,15 @@ class App:
         return ManifestSource(paths, self.store, on_error=self.metrics.rejected)
 
     def _make_forwarder(self):
-        from .forward import Forwarder, upstreams_from_config
+        from .forward import ForwardConfig, Forwarder, upstreams_from_config
 
         upstreams = upstreams_from_config(self.config)
         if not upstreams:
             return None
-        return Forwarder(upstreams, self.config, self.metrics)
+        return Forwarder(upstreams, ForwardConfig.of(self.config), self.metrics)
+
+    def _server_labels(self) -> list[str]:
+        return [server_label(host, port) for host, port in self.server.addresses]
 
     def readiness(self) -> tuple[bool, str]:
         if self.table.synced:
@@ -129,7 +108,7 @@ class App:
             self.source.load()
         self._spawn(self.source.run(self.stop_event), "source")
         if self.forwarder is not None:
-            await self.forwarder.start(self.config, [a for a in self.config.listen])
+            await self.forwarder.start(list(self.config.listen))
         await self._wait_for_sync()
         # The initial objects live as long as the process: move them out of the collector's sight, so
         # a full collection while serving scans only what changed since (a latency spike otherwise).

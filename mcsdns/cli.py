@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import Config, ConfigError
-from .transport import parse_hostport
+from .config import Config, ConfigError, parse_hostport, parse_upstreams
 
 log = logging.getLogger("mcsdns")
 
@@ -161,15 +160,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
         if not namespaces:
             raise ConfigError("--namespaces: give at least one namespace")
-    upstreams: tuple | None = None
-    if args.upstream:
-        if [u.lower() for u in args.upstream] == ["none"]:
-            upstreams = ()
-        else:
-            try:
-                upstreams = tuple(parse_hostport(u, 53) for u in args.upstream)
-            except ValueError as exc:
-                raise ConfigError(f"--upstream {exc}") from None
+    upstreams = parse_upstreams(args.upstream)
     zones = tuple(z.lower().rstrip(".") for z in args.zone) or ("clusterset.local",)
     in_cluster = args.kubeconfig is None and not args.manifests and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     return Config(

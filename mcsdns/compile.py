@@ -21,10 +21,7 @@ from typing import Iterable, Iterator, Protocol
 
 from .names import Kind, Request, parse
 from .objects import EndpointSlice, Port, ServiceImport
-
-# DNS numbers used here (RFC 1035 and successors).
-A, NS, SOA, PTR, TXT, AAAA, SRV = 1, 2, 6, 12, 16, 28, 33
-NOERROR, SERVFAIL, NXDOMAIN, REFUSED = 0, 2, 3, 5
+from .vocab import AAAA, NOERROR, NS, NXDOMAIN, SERVFAIL, SOA, SRV, TXT, A, Answer, Record
 
 DNS_SCHEMA_VERSION = "1.1.0"  # what CoreDNS answers, not the KEP's 1.0.0 (contract 2.6)
 DNS_VERSION_TTL = 28800
@@ -41,45 +38,6 @@ class Entry:
     target: tuple[str, ...]  # labels left of the zone
     srv: bool = True  # False for slices without a cluster id (decision 4): no SRV from them
     remote: bool = False  # --local-cluster: from another cluster (SRV priority 10, ordered after the local ones)
-
-
-@dataclass(frozen=True, slots=True)
-class Absolute:
-    """A record's target name outside the zone it is rendered in, as all its labels (a reverse
-    zone's PTR names a forward-zone name): written out whole. Targets are otherwise labels left of
-    the zone, compressed against the question."""
-
-    labels: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A resource record with its owner relative to the zone (None = the query name as asked)."""
-
-    owner: tuple[str, ...] | None
-    rtype: int
-    ttl: int
-    # A/AAAA: address text; SRV: (priority, weight, port, target); TXT: str; NS: target;
-    # PTR: target (DNS-SD browsing, --dns-sd) or Absolute (reverse zones, --reverse-cidr)
-    data: object
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What the server says: rcode, records, and whether the zone SOA goes in authority."""
-
-    rcode: int
-    answer: tuple[Record, ...] = ()
-    additional: tuple[Record, ...] = ()
-    soa: bool = False
-    apex_soa: bool = False  # the SOA is the answer itself (apex SOA query)
-    # --local-cluster: how many leading answer records are the local cluster's when the rest are
-    # remote (0 < local < len(answer)); 0 = one group. --loadbalance rotates each group on its own.
-    local: int = 0
-
-    @property
-    def nxdomain(self) -> bool:
-        return self.rcode == NXDOMAIN
 
 
 NODATA = Answer(NOERROR, soa=True)

@@ -7,9 +7,13 @@ the CLI can print it and exit 2 without a traceback.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from .reverse import MAX_ZONES, ReverseError, zone_networks
 
@@ -21,6 +25,67 @@ class ConfigError(ValueError):
 # A cluster id as the source-cluster label can hold it (a label value, which is what is compared).
 _CLUSTER_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _ZONE = re.compile(r"^([a-z0-9_]([-a-z0-9_]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([-a-z0-9_]{0,61}[a-z0-9_])?$")
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+def parse_hostport(text: str, default_port: int = 53) -> tuple[str, int]:
+    """`HOST:PORT`, `[V6]:PORT`, `HOST` or `[V6]` -> (host, port); ValueError with a reason."""
+    text = text.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"{text!r}: missing ']'")
+        host, rest = text[1:end], text[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{text!r}: expected ':PORT' after ']'")
+        port_text = rest[1:] if rest else ""
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif ":" in text:
+        host, port_text = text, ""  # a bare IPv6 address
+    else:
+        host, port_text = text, ""
+    if not host:
+        raise ValueError(f"{text!r}: empty host")
+    if port_text == "":
+        return host, default_port
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: port must be 0..65535")
+    return host, int(port_text)
+
+
+def hostport_text(host: str, port: int) -> str:
+    """(host, port) as `HOST:PORT` or `[V6]:PORT` (Go's net.JoinHostPort, as CoreDNS labels and logs them)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_upstreams(texts: list[str]) -> tuple[tuple[str, int], ...] | None:
+    """--upstream values -> the upstreams: None when not given (resolv.conf), () for `none` (REFUSED).
+
+    Parsing only; `check_upstreams` (in `Config.validate`) says whether they can be used.
+    """
+    if not texts:
+        return None
+    if [t.lower() for t in texts] == ["none"]:
+        return ()
+    try:
+        return tuple(parse_hostport(t, 53) for t in texts)
+    except ValueError as exc:
+        raise ConfigError(f"--upstream {exc}") from None
+
+
+def check_upstreams(upstreams: Iterable[tuple[str, int]] | None) -> None:
+    """Upstreams must be IP addresses: names would need a resolver to find the resolver."""
+    for host, _ in upstreams or ():
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(f"--upstream {host!r}: must be an IP address (names would need a resolver to find the resolver)") from None
+
+
+# --------------------------------------------------------------------------- the configuration
 
 
 @dataclass(frozen=True)
@@ -102,6 +167,7 @@ class Config:
             raise ConfigError(f"--delete-grace must be in range [0, 60] seconds (0: off): {self.delete_grace}")
         if self.lameduck < 0 or self.lameduck > 300:
             raise ConfigError(f"--lameduck must be in range [0, 300] seconds: {self.lameduck}")
+        check_upstreams(self.upstreams)
         if not 0 < self.upstream_timeout <= 60:
             raise ConfigError(f"--upstream-timeout must be in range (0, 60] seconds: {self.upstream_timeout}")
         if self.upstream_policy not in ("random", "round_robin", "sequential"):
@@ -135,3 +201,26 @@ class Config:
         if self.in_cluster:
             return "Kubernetes API (in-cluster service account)"
         return "the bundled example manifests"
+
+
+def advertised_addresses(config: Config) -> tuple[str, ...]:
+    """The addresses `ns.dns.<zone>` answers with (project decision 7).
+
+    Explicit `--ns-address` wins; in a pod, POD_IPS/POD_IP (downward API); else
+    the listen addresses, with a wildcard replaced by this host's address.
+    """
+    if config.ns_addresses:
+        return config.ns_addresses
+    pod_ips = os.environ.get("POD_IPS") or os.environ.get("POD_IP")
+    if pod_ips:
+        return tuple(ip.strip() for ip in pod_ips.split(",") if ip.strip())
+    out: list[str] = []
+    for host, _ in config.listen:
+        if host in ("0.0.0.0", "::", ""):
+            try:
+                host = socket.gethostbyname(socket.gethostname())
+            except OSError:
+                host = "127.0.0.1"
+        if host not in out:
+            out.append(host)
+    return tuple(out)

@@ -30,6 +30,7 @@ from typing import Callable, Iterable
 import dnslib
 
 from . import compile as zone
+from . import vocab
 from .admin import JSON, Response, Route
 from .names import Kind, Request, parse
 from .objects import LABEL_SOURCE_CLUSTER, EndpointSlice, Port, ServiceImport
@@ -274,7 +275,7 @@ class Discovery:
             return (f"namespace {req.namespace} exists ({count} ServiceImport(s) in it), but a namespace name holds "
                     "no records of its own")  # fmt: skip
         text = self._service_reason(req, qtype, tname, rcode, answers)
-        if qtype == zone.TXT:
+        if qtype == vocab.TXT:
             text += " (TXT: CoreDNS answers NODATA where the name has addresses, NXDOMAIN elsewhere)"
         return text
 
@@ -286,11 +287,11 @@ class Discovery:
         elif rcode == "NXDOMAIN" and ("_dns-sd" in labels or len(labels) >= 4 and labels[-1] == "svc" and labels[-3][:1] == "_"):
             return "a DNS-SD browsing name: answered only with --dns-sd (off here, so NXDOMAIN, as CoreDNS answers)"
         if labels == ("dns-version",):
-            if qtype == zone.TXT:
+            if qtype == vocab.TXT:
                 return f"the MCS DNS schema version CoreDNS answers ({zone.DNS_SCHEMA_VERSION})"
             return "dns-version.<zone> holds only a TXT record (the schema version); CoreDNS answers NXDOMAIN for other types"
         if labels == ():
-            if qtype in (zone.SOA, zone.NS):
+            if qtype in (vocab.SOA, vocab.NS):
                 return f"the zone's own {tname} record (ns.dns.{zname} is this server)"
             return "the zone apex holds only its SOA and NS records"
         if labels == zone.NS_NAME:
@@ -358,18 +359,18 @@ class Discovery:
         if not ready:
             waiting = ", ".join(f"{sl.name}: {len(sl.not_ready)} not ready" for sl in slices)
             return f"the endpoints of {ref} (Headless) exist but none is ready ({waiting})"
-        if qtype == zone.SRV and all(sl.cluster is None for sl in ready):
+        if qtype == vocab.SRV and all(sl.cluster is None for sl in ready):
             return (f"the ready endpoints of {ref} are in EndpointSlices without a {LABEL_SOURCE_CLUSTER} label: "
                     "they answer A/AAAA, but make no SRV records (decision 4)")  # fmt: skip
-        if qtype == zone.SRV and all(p.port == -1 for sl in ready for p in sl.ports):
+        if qtype == vocab.SRV and all(p.port == -1 for sl in ready for p in sl.ports):
             return f"the EndpointSlices of {ref} list no ports, so there is no SRV record"
         families = sorted({"IPv6" if a.v6 else "IPv4" for sl in ready for a in sl.addresses})
         return self._nodata(ref, qtype, tname, f"its ready endpoints are {'/'.join(families)}")
 
     def _nodata(self, ref: str, qtype: int, tname: str, detail: str) -> str:
-        if qtype == zone.A:
+        if qtype == vocab.A:
             return f"the name exists ({ref}) but has no IPv4 address: {detail}"
-        if qtype == zone.AAAA:
+        if qtype == vocab.AAAA:
             return f"the name exists ({ref}) but has no IPv6 address: {detail}"
         return f"the name exists ({ref}) but holds no {tname} records: mcsdns answers A, AAAA and SRV for it, as CoreDNS"
 

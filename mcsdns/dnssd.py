@@ -26,7 +26,9 @@ import struct
 from typing import TYPE_CHECKING, Hashable, Iterable
 
 from . import compile as zone
-from .compile import PTR, Answer, Record, Service
+from . import vocab
+from .compile import Service
+from .vocab import PTR, Answer, Record
 from .store import ServiceKey
 from .wire import encode_labels
 
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 BROWSE = ("b", "_dns-sd", "_udp")
 SERVICES = ("_services", "_dns-sd", "_udp")
 # Every name gets these types compiled (the answer, or NODATA); other types: the resolver's `exists`.
-TYPES = (zone.A, zone.AAAA, zone.SRV, zone.TXT, PTR)
+TYPES = (vocab.A, vocab.AAAA, vocab.SRV, vocab.TXT, PTR)
 
 Compiled = tuple[tuple[str, ...], int, Answer]  # labels left of the zone, qtype, answer
 Kind = tuple[str, str]  # (port name, protocol), lower-cased, without the underscores
@@ -61,8 +63,8 @@ def kind_labels(namespace: str, kind: Kind) -> tuple[str, ...]:
 
 def instance_answers(namespace: str, service: str, kind: Kind, ports: tuple[int, ...], ttl: int) -> list[Compiled]:
     """`<svc>._<port>._<proto>.<ns>.svc`: SRV to the service name with each port, an empty TXT."""
-    srv = tuple(Record(None, zone.SRV, ttl, (0, 0, port, (service, namespace, "svc"))) for port in ports)
-    return _named((service,) + kind_labels(namespace, kind), zone.SRV, srv, (zone.TXT, (Record(None, zone.TXT, ttl, ""),)))
+    srv = tuple(Record(None, vocab.SRV, ttl, (0, 0, port, (service, namespace, "svc"))) for port in ports)
+    return _named((service,) + kind_labels(namespace, kind), vocab.SRV, srv, (vocab.TXT, (Record(None, vocab.TXT, ttl, ""),)))
 
 
 def kind_answers(namespace: str, kind: Kind, services: Iterable[str], ttl: int) -> list[Compiled]:
@@ -88,7 +90,7 @@ def _named(labels: tuple[str, ...], qtype: int, records: tuple[Record, ...],
     out = []
     for t in TYPES:
         recs = records if t == qtype else extra[1] if extra is not None and t == extra[0] else ()
-        out.append((labels, t, Answer(zone.NOERROR, recs) if recs else zone.NODATA))
+        out.append((labels, t, Answer(vocab.NOERROR, recs) if recs else zone.NODATA))
     return out
 
 

@@ -2,7 +2,8 @@
 
 A query the resolver hands over (`Forward`) goes to one upstream at a time,
 chosen by policy (random, round_robin, sequential) among the healthy ones,
-until one replies or the per-query timeout runs out (then SERVFAIL). The
+until one replies or the per-query timeout runs out (then SERVFAIL: the error replies are the
+resolver's, `resolve.forward_failed` and `resolve.forward_overloaded`). The
 client's message goes out byte for byte except the ID, and the upstream's
 reply comes back byte for byte except the ID; the one exception is a reply
 too large for the client's UDP buffer, which is cut to a TC=1 header so the
@@ -38,14 +39,16 @@ import random
 import socket
 import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import Config, ConfigError
-from .querylog import TYPE_TEXT, client_text, errors, name_text
+from .config import Config, ConfigError, check_upstreams, hostport_text
+from .querylog import client_text, errors, name_text
 from .replycheck import check_reply, mix_case
-from .transport import LocalReply
-from .wire import MAX_UDP, REFUSED, SERVFAIL, TC, Query, error_reply, opt_record
+from .resolve import LocalReply, forward_failed, forward_overloaded
+from .vocab import AXFR, IXFR, type_text
+from .wire import MAX_UDP, TC, Query, opt_record
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -63,7 +66,6 @@ IP_RECVERR = getattr(socket, "IP_RECVERR", 11)  # Linux values; Python names the
 IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
 
 U16 = struct.Struct(">H")
-AXFR, IXFR = 252, 251
 # `. IN NS`, RD set (CoreDNS health checks use recursion desired by default); ID 0 is replaced on send.
 PROBE = b"\x00\x00\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"\x00\x00\x02\x00\x01"
 PROBE_QUESTION = PROBE[12:]
@@ -84,9 +86,7 @@ class UpstreamError(Exception):
 def upstreams_from_config(config: Config, resolv_conf: Path = RESOLV_CONF) -> list[tuple[str, int]]:
     """--upstream as given; without it, resolv.conf's nameservers minus our own listen addresses."""
     if config.upstreams is not None:
-        for host, _ in config.upstreams:
-            _ip(host, "--upstream")
-        return list(config.upstreams)
+        return list(config.upstreams)  # checked by Config.validate
     found = read_resolv_conf(resolv_conf)
     keep = []
     for host in found:
@@ -119,13 +119,6 @@ def read_resolv_conf(path: Path) -> list[str]:
             if host not in out:
                 out.append(host)
     return out
-
-
-def _ip(host: str, flag: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        raise ConfigError(f"{flag} {host!r}: must be an IP address (names would need a resolver to find the resolver)") from None
 
 
 def is_self(upstream: tuple[str, int], listen: tuple[str, int]) -> bool:
@@ -169,14 +162,10 @@ def check_loops(upstreams: list[tuple[str, int]], listen: list[tuple[str, int]])
         for addr in listen:
             if is_self(up, addr):
                 raise ForwardingLoop(
-                    f"--upstream {_hostport(*up)} is this server's own listen address {_hostport(*addr)}: "
+                    f"--upstream {hostport_text(*up)} is this server's own listen address {hostport_text(*addr)}: "
                     f"out-of-zone queries would be forwarded to ourselves in a loop. "
                     f"Give a different upstream, or --upstream none to refuse out-of-zone names"
                 )
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # --------------------------------------------------------------------------- UDP
@@ -267,7 +256,7 @@ class Upstream:
     def __init__(self, host: str, port: int, metrics: "Metrics | None" = None) -> None:
         self.addr = (host, port)
         self.family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.label = _hostport(host, port)  # CoreDNS's `to` label: net.JoinHostPort
+        self.label = hostport_text(host, port)  # CoreDNS's `to` label: net.JoinHostPort
         self.metrics = metrics
         # What a UDP reply's source must be, spelled as recvfrom spells addresses (inet_ntop).
         self.peer = (socket.inet_ntop(self.family, socket.inet_pton(self.family, host)), port)
@@ -433,35 +422,50 @@ def _oserror(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- forwarder
 
 
+@dataclass(frozen=True, slots=True)
+class ForwardConfig:
+    """What the forwarder reads of the configuration, built once from it (as `table.TableConfig` is)."""
+
+    zones: tuple[str, ...]  # the served zones, for the log line only
+    timeout: float  # --upstream-timeout
+    policy: str  # --policy
+    max_concurrent: int  # --max-concurrent
+    exact: bool  # --forward-0x20
+
+    @classmethod
+    def of(cls, config: Config) -> "ForwardConfig":
+        return cls(config.zones, config.upstream_timeout, config.upstream_policy, config.max_concurrent, config.forward_0x20)
+
+
 class Forwarder:
     """Sends out-of-zone queries upstream; the transport awaits `forward`."""
 
-    def __init__(self, upstreams: list[tuple[str, int]], config: Config, metrics: "Metrics") -> None:
+    def __init__(self, upstreams: list[tuple[str, int]], settings: ForwardConfig, metrics: "Metrics") -> None:
         if not upstreams:
             raise ConfigError("forwarding needs at least one upstream")
-        for host, _ in upstreams:
-            _ip(host, "--upstream")
+        check_upstreams(upstreams)
         self.upstreams = [Upstream(host, port, metrics) for host, port in upstreams]
-        self.timeout = config.upstream_timeout
-        self.policy = config.upstream_policy
-        self.max_concurrent = config.max_concurrent
-        self.exact = config.forward_0x20
+        self.zones = settings.zones
+        self.timeout = settings.timeout
+        self.policy = settings.policy
+        self.max_concurrent = settings.max_concurrent
+        self.exact = settings.exact
         self.metrics = metrics
         self.inflight = 0
         self._next = 0  # round_robin position
 
-    async def start(self, config: Config, listen: list[tuple[str, int]]) -> None:
+    async def start(self, listen: list[tuple[str, int]]) -> None:
         """Refuse to run as our own upstream (checked before any listener opens)."""
         check_loops([u.addr for u in self.upstreams], list(listen))
         log.info("forwarding names outside %s to %s (policy %s, timeout %.3gs, max %d in flight%s)",
-                 ", ".join(config.zones), ", ".join(u.label for u in self.upstreams),
+                 ", ".join(self.zones), ", ".join(u.label for u in self.upstreams),
                  self.policy, self.timeout, self.max_concurrent, ", dns-0x20" if self.exact else "")
 
     async def forward(self, q: Query, tcp: bool) -> bytes:
         """The reply for the client: the upstream's (client's ID), or our SERVFAIL/REFUSED."""
         if self.inflight >= self.max_concurrent:
             self.metrics.max_concurrent_rejects += 1
-            return LocalReply(error_reply(q.raw, REFUSED, q))
+            return forward_overloaded(q)
         self.inflight += 1
         try:
             return await self._resolve(q, tcp)
@@ -488,8 +492,8 @@ class Forwarder:
             self.metrics.proxy_observe(upstream.label, reply[3] & 0x0F, time.perf_counter() - started)
             return self._for_client(q, reply, tcp)
         errors.log("forward", logging.ERROR, "plugin/errors: 2 %s %s: %s", name_text(q.raw[12 : q.qend - 4]),
-                   TYPE_TEXT.get(q.qtype) or f"TYPE{q.qtype}", reason)
-        return LocalReply(error_reply(q.raw, SERVFAIL, q))
+                   type_text(q.qtype), reason)
+        return forward_failed(q)
 
     def _order(self) -> list[Upstream]:
         """Upstreams to try, in policy order, healthy ones only unless none is healthy."""
@@ -526,6 +530,6 @@ class Forwarder:
 
 
 __all__ = [
-    "Forwarder", "ForwardingLoop", "LocalReply", "Upstream", "UpstreamError",
+    "ForwardConfig", "Forwarder", "ForwardingLoop", "LocalReply", "Upstream", "UpstreamError",
     "check_loops", "is_self", "read_resolv_conf", "upstreams_from_config",
 ]  # fmt: skip

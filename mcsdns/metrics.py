@@ -21,7 +21,8 @@ import logging
 import platform
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Iterable
+from dataclasses import dataclass
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -30,11 +31,8 @@ from prometheus_client.registry import Collector
 from . import __version__
 from .querylog import client_text, errors
 from .replycheck import REASONS as MISMATCH_REASONS
-from .transport import server_label
+from .vocab import BADVERS, RCODE_TEXT, TYPE_TEXT
 from .wire import Query
-
-if TYPE_CHECKING:
-    from .app import App
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +43,9 @@ PROGRAMMING_BUCKETS = tuple(0.001 * 2**k for k in range(20))  # plugin/kubernete
 PROXY_BUCKETS = DURATION_BUCKETS  # plugin/pkg/proxy/metrics.go: ExponentialBuckets(.00025, 2, 16)
 
 # The qtype label values CoreDNS keeps (plugin/metrics/vars/report.go); everything else is "other".
-QTYPE_NAMES = {
-    1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA", 33: "SRV",
-    43: "DS", 46: "RRSIG", 47: "NSEC", 48: "DNSKEY", 50: "NSEC3", 64: "SVCB", 65: "HTTPS",
-    251: "IXFR", 252: "AXFR", 255: "ANY",
-}  # fmt: skip
-RCODE_NAMES = {
-    0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
-    6: "YXDOMAIN", 7: "YXRRSET", 8: "NXRRSET", 9: "NOTAUTH", 10: "NOTZONE", 16: "BADVERS",
-}  # fmt: skip
+_LABELLED_TYPES = (1, 2, 5, 6, 12, 15, 16, 28, 33, 43, 46, 47, 48, 50, 64, 65, 251, 252, 255)
+QTYPE_NAMES = {t: TYPE_TEXT[t] for t in _LABELLED_TYPES}
+RCODE_NAMES = RCODE_TEXT
 AA = 0x04  # in the third header byte
 
 ROOT = "."  # the zone label of forwarded and out-of-zone queries
@@ -100,7 +92,6 @@ def _fmt(bound: float) -> str:
     return repr(value) if not value.is_integer() else str(int(value))
 
 
-BADVERS = 16  # our index for the extended rcode the resolver writes into the OPT record
 
 # A series' counters live in one flat list, so the query path does `counts[i] += 1` on a local
 # instead of attribute hops and method calls (those cost as much as the counting itself).
@@ -111,7 +102,7 @@ REQ_SIZE = TYPES + len(TYPE_LABELS)  # request size buckets (+Inf last)
 RESP_SIZE = REQ_SIZE + N_SIZE  # response size buckets
 DURATION = RESP_SIZE + N_SIZE  # duration buckets
 RESPONSES = DURATION + len(DURATION_BUCKETS) + 1  # [rcode * 3 + plugin index]
-DO = RESPONSES + (BADVERS + 1) * len(PLUGINS)  # requests with the DO bit
+DO = RESPONSES + (BADVERS + 1) * len(PLUGINS)  # requests with the DO bit (BADVERS: the extended rcode the resolver writes into OPT)
 N_COUNTS = DO + 1
 SUM_REQ, SUM_RESP, SUM_DURATION = 0, 1, 2
 
@@ -195,12 +186,48 @@ class _Series:
         return out
 
 
+class TableView(Protocol):
+    """What the metrics read of the record table: its zones, its zone matching and its sizes."""
+
+    zones: tuple[bytes, ...]  # wire form
+    reverse_zones: AbstractSet[bytes]
+    answers: Mapping[bytes, object]
+    owned: Mapping[object, object]
+    synced: bool
+    generation: int
+
+    def zone_of(self, lname: bytes) -> bytes | None: ...
+
+
+class UpstreamView(Protocol):
+    label: str
+    down: bool
+
+
+class ForwarderView(Protocol):
+    upstreams: Sequence[UpstreamView]
+    inflight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Views:
+    """The running server as the metrics see it: read-only, read at scrape time (and the table's
+    zone matching per packet). The App builds it; the metrics never see the App."""
+
+    table: TableView
+    object_counts: Callable[[], Mapping[str, int]]  # objects known, by kind (Store.counts)
+    servers: Callable[[], Iterable[str]]  # the listeners' `server` labels (dns://host:port)
+    forwarder: ForwarderView | None = None
+
+
 class Metrics(Collector):
     """Counts from the query path, the forwarder and the sources, published on scrape."""
 
-    def __init__(self, registry: CollectorRegistry, app: "App | None" = None) -> None:
-        self.app = app
-        self._zones: list[tuple[bytes, str]] = []  # (wire name, label), set by `set_zones`
+    def __init__(self, registry: CollectorRegistry, views: Views | None = None) -> None:
+        self.views: Views | None = None
+        self._zones: list[tuple[bytes, str]] = []  # (wire name, label), set by `attach`
+        self._zone_labels: dict[bytes, str] = {}
+        self._zone_of: Callable[[bytes], bytes | None] | None = None
         self._single_zone: str | None = None
         # listener -> zone label -> series; listeners hash by identity, so no key tuples per query.
         self._series: dict[Any, dict[str, _Series]] = {}
@@ -247,12 +274,16 @@ class Metrics(Collector):
             ProcessCollector(registry=registry)
         except ValueError:
             pass  # already registered on this registry
-        if app is not None:
-            self.set_zones(app.table.zones + tuple(sorted(app.table.reverse_zones)))
+        if views is not None:
+            self.attach(views)
 
-    def set_zones(self, zones: Iterable[bytes]) -> None:
-        """The served zones in wire form, for the `zone` label."""
-        self._zones = [(z, _zone_label(z)) for z in zones]
+    def attach(self, views: Views) -> None:
+        """Read the server through `views` from now on; the table's zones label the DNS series."""
+        self.views = views
+        table = views.table
+        self._zones = [(z, _zone_label(z)) for z in table.zones + tuple(sorted(table.reverse_zones))]
+        self._zone_labels = dict(self._zones)
+        self._zone_of = table.zone_of
         self._single_zone = self._zones[0][1] if len(self._zones) == 1 else None
 
     # ----------------------------------------------------------------- hot path
@@ -313,15 +344,11 @@ class Metrics(Collector):
             errors.log("malformed", logging.WARNING, "malformed query from %s (%d bytes): FORMERR", client_text(client), len(data))
 
     def _zone(self, q: Query | None) -> str:
-        """The served zone containing the question, else `.` (zones are few: a scan is fine)."""
-        if q is None:
+        """The served zone containing the question as the table matches it, else `.`."""
+        if q is None or self._zone_of is None:
             return ROOT
-        lname = q.lname
-        best, best_len = ROOT, -1
-        for zwire, label in self._zones:
-            if len(zwire) > best_len and lname.endswith(zwire) and _label_boundary(lname, len(lname) - len(zwire)):
-                best, best_len = label, len(zwire)
-        return best
+        zwire = self._zone_of(q.lname)
+        return ROOT if zwire is None else self._zone_labels[zwire]
 
     # ----------------------------------------------------------------- forwarding
 
@@ -431,14 +458,13 @@ class Metrics(Collector):
         """coredns_plugin_enabled: what a CoreDNS with the equivalent Corefile would report."""
         fam = GaugeMetricFamily("coredns_plugin_enabled", "A metric that indicates whether a plugin is enabled on per server and zone basis.",
                                 labels=["server", "zone", "view", "name"])
-        app = self.app
-        if app is None:
+        views = self.views
+        if views is None:
             return fam
-        for host, port in app.server.addresses:
-            server = server_label(host, port)
+        for server in views.servers():
             for _, zone in self._zones:
                 fam.add_metric([server, zone, VIEW, "kubernetes"], 1)
-            if app.forwarder is not None:
+            if views.forwarder is not None:
                 fam.add_metric([server, ROOT, VIEW, "forward"], 1)
         return fam
 
@@ -459,7 +485,7 @@ class Metrics(Collector):
         rejects = CounterMetricFamily("coredns_forward_max_concurrent_rejects", "Counter of the number of queries rejected because the concurrent queries were at maximum.")
         rejects.add_metric([], self.max_concurrent_rejects)
         yield rejects
-        forwarder = self.app.forwarder if self.app is not None else None
+        forwarder = self.views.forwarder if self.views is not None else None
         if forwarder is not None:
             up = GaugeMetricFamily("mcsdns_forward_upstream_up", "1 while an upstream is considered healthy, 0 while it is marked down.", labels=["to"])
             for upstream in forwarder.upstreams:
@@ -499,16 +525,14 @@ class Metrics(Collector):
             since = GaugeMetricFamily("mcsdns_seconds_since_last_sync", "Seconds since the source last confirmed the state with the API or files.")
             since.add_metric([], time.monotonic() - self.last_sync)
             yield since
-        app = self.app
-        if app is None:
-            return
-        yield from self._collect_table(app)
+        if self.views is not None:
+            yield from self._collect_table(self.views)
 
-    def _collect_table(self, app: "App") -> Iterable:
+    def _collect_table(self, views: Views) -> Iterable:
         """Table and store sizes, read from the live objects at scrape time (no gauges to keep in step)."""
-        table, store = app.table, app.store
+        table = views.table
         objs = GaugeMetricFamily("mcsdns_objects", "Objects known, by kind.", labels=["kind"])
-        for kind, n in store.counts().items():
+        for kind, n in views.object_counts().items():
             objs.add_metric([kind], n)
         yield objs
         answers = GaugeMetricFamily("mcsdns_compiled_answers", "Answers (name, type) compiled into the record table.")
@@ -536,9 +560,3 @@ def _zone_label(zwire: bytes) -> str:
         i += zwire[i] + 1
     return ".".join(labels) + "."
 
-
-def _label_boundary(lname: bytes, at: int) -> bool:
-    i = 0
-    while i < at:
-        i += lname[i] + 1
-    return i == at

@@ -18,19 +18,9 @@ import sys
 import time
 from typing import Any, Callable
 
+from .vocab import CLASS_TEXT, RCODE_TEXT, type_text
 from .wire import Query
 
-# RFC 3597 / miekg type and class names for the common ones; others print as TYPE123 / CLASS5.
-TYPE_TEXT = {
-    1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 13: "HINFO", 15: "MX", 16: "TXT", 28: "AAAA",
-    33: "SRV", 35: "NAPTR", 39: "DNAME", 43: "DS", 46: "RRSIG", 47: "NSEC", 48: "DNSKEY", 50: "NSEC3",
-    52: "TLSA", 64: "SVCB", 65: "HTTPS", 99: "SPF", 251: "IXFR", 252: "AXFR", 255: "ANY", 257: "CAA",
-}  # fmt: skip
-CLASS_TEXT = {1: "IN", 3: "CH", 4: "HS", 254: "NONE", 255: "ANY"}
-RCODE_TEXT = {
-    0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
-    6: "YXDOMAIN", 7: "YXRRSET", 8: "NXRRSET", 9: "NOTAUTH", 10: "NOTZONE", 16: "BADVERS",
-}  # fmt: skip
 # Header flag bits in miekg/dns's flagsToString order.
 FLAG_TEXT = ((0x8000, "qr"), (0x0400, "aa"), (0x0200, "tc"), (0x0100, "rd"), (0x0080, "ra"), (0x0040, "z"),
              (0x0020, "ad"), (0x0010, "cd"))  # fmt: skip
@@ -129,7 +119,7 @@ def format_line(client: Any, proto: str, data: bytes, q: Query | None, reply: by
     """One CoreDNS `log` line: `{remote}:{port} - {>id} "{type} {class} {name} {proto} {size} {>do} {>bufsize}" ...`."""
     qid = (data[0] << 8) | data[1]
     if q is not None:
-        qtype = TYPE_TEXT.get(q.qtype) or f"TYPE{q.qtype}"
+        qtype = type_text(q.qtype)
         qclass = CLASS_TEXT.get(q.qclass) or f"CLASS{q.qclass}"
         name = name_text(data[12 : q.qend - 4])  # as received: a cached Query may be another packet's
         do = "true" if q.do else "false"

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import random
 
-from .wire import OPT, Malformed, _check_options
+from .vocab import AAAA, CLASS_CH, CLASS_IN, CNAME, DNAME, MX, NS, OPT, PTR, SOA, SRV, TXT, A
+from .wire import Malformed, _check_options
 
 # The reasons a reply is dropped, in the order they are checked (`source` is checked by the
 # socket layer before anything is read); exported so the metric shows every one from the start.
@@ -25,11 +26,11 @@ REASONS = ("source", "malformed", "id", "not_response", "opcode", "no_question",
            "name", "case", "type", "class")
 
 TC_BYTE = 0x02  # TC in the third header byte
-IN, CH = 1, 3
-_NAME_ONLY = frozenset({2, 5, 12, 39})  # NS, CNAME, PTR, DNAME: one name is the whole data
-_TXT = frozenset({16, 99})  # TXT, SPF: one or more <character-string>s
-_IN_ONLY = {1: 4, 28: 16}  # A, AAAA: fixed sizes, in class IN only (CH A is a name and a 16-bit address)
-SRV, MX, SOA, A, DNAME = 33, 15, 6, 1, 39
+IN, CH = CLASS_IN, CLASS_CH
+SPF = 99
+_NAME_ONLY = frozenset({NS, CNAME, PTR, DNAME})  # one name is the whole data
+_TXT = frozenset({TXT, SPF})  # one or more <character-string>s
+_IN_ONLY = {A: 4, AAAA: 16}  # fixed sizes, in class IN only (CH A is a name and a 16-bit address)
 MAX_HOPS = 16  # compression pointers in one name: what dnspython accepts (miekg/dns: 126)
 _bits = random.SystemRandom()
 
@@ -37,7 +38,7 @@ _bits = random.SystemRandom()
 def checks_data(rtype: int, rclass: int) -> bool:
     """Whether `check_reply` checks the data of records of this type and class (else opaque bytes)."""
     return (rtype in _NAME_ONLY or rtype in _TXT or rtype in (MX, SOA)
-            or (rclass == IN and rtype in (1, 28, SRV)) or (rclass == CH and rtype == A))  # fmt: skip
+            or (rclass == IN and rtype in (A, AAAA, SRV)) or (rclass == CH and rtype == A))  # fmt: skip
 
 
 def check_reply(data: bytes, qid: int, question: bytes, exact_case: bool) -> tuple[str | None, bytes]:

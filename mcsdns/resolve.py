@@ -4,7 +4,10 @@
 dropped, FORMERR/NOTIMP/BADVERS/REFUSED, a compiled answer, an answer
 computed by the zone logic, SERVFAIL-before-sync, or a hand-off to the
 forwarder. It does no I/O; the transports call it with bytes and send what
-it returns.
+it returns. The replies the transport and the forwarder must write without
+it (the resolver raised, no forwarder, --max-concurrent reached, no upstream
+answered) are decided here too: `Resolver.panicked`, `not_forwarding`,
+`forward_overloaded`, `forward_failed`.
 
 Two bounded caches sit in front of that, both emptied whenever the table's
 generation changes (any change to the data bumps it, and the SOA serial with
@@ -31,16 +34,14 @@ import struct
 from dataclasses import dataclass
 
 from . import compile as zone
+from . import vocab
 from . import reverse
 from .names import Kind, parse
 from .table import Table
+from .vocab import AXFR, BADVERS, CLASS_IN, FORMERR, IXFR, NOTIMP, REFUSED, SERVFAIL
 from .wire import (
-    BADVERS,
-    FORMERR,
     MAX_TCP,
     MAX_UDP,
-    NOTIMP,
-    REFUSED,
     Body,
     Malformed,
     Query,
@@ -51,8 +52,6 @@ from .wire import (
     split_labels,
 )
 
-AXFR, IXFR = 252, 251
-CLASS_IN = 1
 PACKET_CACHE_ENTRIES = 32768  # distinct UDP query packets whose replies are kept
 PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, then refilled)
 _ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slot, tuple, Query and object headers
@@ -64,6 +63,31 @@ _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garb
 # bytes 0x41-0x5A, never a label length (<= 63) or the root, and no compiled type or class
 # (A, AAAA, SRV, SOA, ... and IN) has such a byte (tests/test_resolve_lanes.py checks that).
 _PLAIN = b"\x00\x01\x00\x00\x00\x00\x00\x00"
+
+
+class LocalReply(bytes):
+    """A reply written by this server in the forward path (SERVFAIL, REFUSED), not by an upstream.
+
+    Still plain bytes to send; observers tell it apart by type, so metrics label
+    it plugin "" like CoreDNS's server-written errors, and upstream replies "forward".
+    """
+
+    __slots__ = ()
+
+
+def not_forwarding(q: Query) -> LocalReply:
+    """A query handed to the forward path with no forwarder: REFUSED, as names outside the zones get."""
+    return LocalReply(error_reply(q.raw, REFUSED, q))
+
+
+def forward_overloaded(q: Query) -> LocalReply:
+    """The forwarder is at --max-concurrent: REFUSED (CoreDNS forward's max_concurrent)."""
+    return LocalReply(error_reply(q.raw, REFUSED, q))
+
+
+def forward_failed(q: Query) -> LocalReply:
+    """No upstream answered in time, or forwarding raised: SERVFAIL."""
+    return LocalReply(error_reply(q.raw, SERVFAIL, q))
 
 
 @dataclass(slots=True)
@@ -135,6 +159,11 @@ class Resolver:
                 entry = (reply[2:12], q, reply[q.qend :], None if span is None else (*span, data[span[0] : span[1]]))
                 self._store(self._folded, folded, len(data), reply, entry)
         return reply
+
+    def panicked(self, data: bytes) -> bytes | None:
+        """The reply when `handle` raised on `data` (a bug): SERVFAIL if it has a header, else nothing."""
+        self.last_query = None
+        return error_reply(data, SERVFAIL) if len(data) >= 12 else None
 
     def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
         """Keep `entry` (see `handle`) in `cache` under `key`; the packet was `size` bytes long."""
@@ -215,13 +244,13 @@ class Resolver:
         if q.qclass != CLASS_IN or q.qtype in (AXFR, IXFR):
             return error_reply(q.raw, REFUSED, q)
         reversed_ = zwire in table.reverse_zones  # --reverse-cidr
-        if q.qtype != zone.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
+        if q.qtype != vocab.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
             # A name that cannot exist, told from its shape (random-subdomain floods): the shared
             # NXDOMAIN body, without the zone logic. Kept in neither cache: storing a reply costs more
             # than this lane (profiled: ~2.5 us against ~4 us for the whole query), and unique names
             # would only push out the replies that are costly to make.
             self._keep = False
-            return self.reply(q, table.negative(zone.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
+            return self.reply(q, table.negative(vocab.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
         labels = split_labels(q.lname[: len(q.lname) - len(zwire)])
         if reversed_:
             ans = reverse.answer(labels, split_labels(zwire), q.qtype, table.ptr, table.forward_zones, table.ttl,
@@ -233,9 +262,9 @@ class Resolver:
         if ans.nxdomain and not table.synced:
             ans = zone.NOT_SYNCED
         body = table.render(q.lname, len(zwire), ans)
-        if ans.soa and not ans.answer and not ans.additional and ans.rcode != zone.SERVFAIL and table.synced:
+        if ans.soa and not ans.answer and not ans.additional and ans.rcode != vocab.SERVFAIL and table.synced:
             self._remember_negative(key, body)
-        elif not ans.nxdomain and ans.rcode == zone.NOERROR:
+        elif not ans.nxdomain and ans.rcode == vocab.NOERROR:
             req = parse(labels)
             if req.kind is Kind.SERVICE:
                 table.remember((req.namespace, req.service), key, body)
@@ -303,6 +332,22 @@ class _View:
         return self
 
 
+class _Rotation:
+    """A cached reply of `RoundRobinResolver` whose A/AAAA run rotates: `prefix + rotation` (the
+    packet cache's `data[:2] + hit[0]`) is the reply with the run one record further on."""
+
+    __slots__ = ("before", "run", "width", "after")
+
+    def __init__(self, before: bytes, run: _Run, width: int, after: bytes) -> None:
+        self.before, self.run, self.width, self.after = before, run, width, after
+
+    def __radd__(self, prefix: bytes) -> bytes:
+        run = self.run
+        run.turn = turn = (run.turn + 1) % run.count
+        k = turn * run.size
+        return prefix + self.before + run.ring[k : k + self.width] + self.after
+
+
 class RoundRobinResolver(Resolver):
     """`--loadbalance round_robin`: each reply's A/AAAA answer set starts one record further on.
 
@@ -329,37 +374,24 @@ class RoundRobinResolver(Resolver):
         self._runs: dict[bytes, tuple[int, int, _Run | _SplitRun | None]] = {}
         self._rotated: _Run | None = None  # the run the last reply() rotated, for the packet cache
 
-    def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
-        """As Resolver.handle. Cache entries: (reply[2:], query, None) when nothing rotates, else
-        (b"", query, run, the reply's bytes before the addresses, their length, the bytes after)."""
-        table = self.table
-        if table.generation != self._generation:
-            self.flush()
-        if tcp:
-            return self._handle(data, True)
-        hit = self._packets.get(data[2:])
-        if hit is not None and table.synced:
-            self.last_query = hit[1]
-            run = hit[2]
-            if run is None:
-                return data[:2] + hit[0]
-            run.turn = turn = (run.turn + 1) % run.count
-            k = turn * run.size
-            return data[:2] + hit[3] + run.ring[k : k + hit[4]] + hit[5]
+    def _handle(self, data: bytes, tcp: bool) -> bytes | Forward | None:
         self._rotated = None
-        reply = self._handle(data, False)
-        q = self.last_query
-        if type(reply) is bytes and q is not None and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
-            run = self._rotated
-            if run is _UNCACHED:
-                pass
-            elif run is None:
-                self._store(self._packets, data[2:], len(data), reply, (reply[2:], q, None))
-            elif not reply[2] & 0x02 or not run.start:  # truncated: only a run that leads the answer (all of ours)
-                at = q.qend + run.start  # the body follows the question
-                width = run.end - run.start if not reply[2] & 0x02 else min((reply[6] << 8) | reply[7], run.count) * run.size
-                self._store(self._packets, data[2:], len(data), reply, (b"", q, run, reply[2:at], width, reply[at + width :]))
-        return reply
+        return Resolver._handle(self, data, tcp)
+
+    def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
+        """`Resolver.handle`'s hook: a reply whose addresses rotated is kept under its exact bytes as a
+        `_Rotation`, which `handle`'s hit (`data[:2] + hit[0]`) turns one record further on; a reply
+        that did not rotate is kept as without the flag (letter-case folding included)."""
+        run = self._rotated
+        if run is None:
+            Resolver._store(self, cache, key, size, reply, entry)
+            return
+        if run is _UNCACHED or (reply[2] & 0x02 and run.start):  # truncated: only a run that leads the answer (all of ours)
+            return
+        q = entry[1]
+        at = q.qend + run.start  # the body follows the question
+        width = run.end - run.start if not reply[2] & 0x02 else min((reply[6] << 8) | reply[7], run.count) * run.size
+        Resolver._store(self, self._packets, q.raw[2:], size, reply, (_Rotation(reply[2:at], run, width, reply[at + width :]), q))
 
     def flush(self) -> None:
         super().flush()

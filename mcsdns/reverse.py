@@ -28,7 +28,8 @@ import bisect
 import ipaddress
 from typing import Iterable
 
-from .compile import AAAA, NAME_ERROR, NODATA, NOERROR, NS, NS_NAME, PTR, SOA, A, Absolute, Answer, Record, Service
+from .compile import NAME_ERROR, NODATA, NS_NAME, Service
+from .vocab import AAAA, NOERROR, NS, PTR, SOA, A, Absolute, Answer, Record
 
 MAX_ZONES = 256  # reverse zones in all (one CIDR makes at most 128: a /17 or a /25)
 V4_SUFFIX = ("in-addr", "arpa")

@@ -23,21 +23,33 @@ import logging
 import struct
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Iterable, Protocol
 
 from . import compile as zone
+from . import vocab
 from . import reverse
 from .compile import Service
 from .store import Changes, ServiceKey, Store
 from .wire import AA, Body, Renderer, encode_labels, soa_record
 
-if TYPE_CHECKING:
-    from .dnssd import DnsSd
+
+class NameIndex(Protocol):
+    """Names the table compiles on behalf of a feature, told of every change (--dns-sd's `dnssd.DnsSd`).
+
+    A protocol, so the table does not import the feature that imports it."""
+
+    def full(self) -> None: ...
+
+    def update(self, services: Iterable[ServiceKey], namespaces: Iterable[str]) -> None: ...
+
+    def exists(self, lname: bytes) -> bool: ...
+
+    def explain(self, labels: tuple[str, ...]) -> str | None: ...
 
 log = logging.getLogger(__name__)
 
-QTYPE_IN = {t: struct.pack(">HH", t, 1) for t in zone.COMPILED_TYPES}
-PTR_IN = struct.pack(">HH", zone.PTR, 1)
+QTYPE_IN = {t: struct.pack(">HH", t, vocab.CLASS_IN) for t in zone.COMPILED_TYPES}
+PTR_IN = struct.pack(">HH", vocab.PTR, vocab.CLASS_IN)
 # Per service, how many answers computed on first query (per-endpoint names, odd
 # spellings) are kept; bounds memory against clients walking random names.
 LAZY_LIMIT = 4096
@@ -77,7 +89,7 @@ class Table:
         if networks:
             log.info("authoritative for %d reverse zone(s): %s", len(networks),
                      ", ".join(".".join(reverse.zone_labels(n)) for n in networks))
-        self.dnssd: "DnsSd | None" = None  # --dns-sd: compiled along with the services it lists
+        self.dnssd: NameIndex | None = None  # --dns-sd: compiled along with the services it lists
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
@@ -124,7 +136,7 @@ class Table:
             body = self._negative[(rcode, zone_at)] = Body(AA | rcode, 0, 0, 0, b"", (), (), True, zone_at)
         return body
 
-    def render(self, lname: bytes, zone_len: int, ans: zone.Answer) -> Body:
+    def render(self, lname: bytes, zone_len: int, ans: vocab.Answer) -> Body:
         if ans.soa and not ans.answer and not ans.additional:
             return self.negative(ans.rcode, 12 + len(lname) - zone_len)
         return Renderer(lname, zone_len).render(ans, min(self.ttl, 300), self.ttl, self.serial & 0xFFFFFFFF)
@@ -242,8 +254,8 @@ class Table:
 
     def _compile_apex(self) -> None:
         for zwire in self.zones:
-            k = zwire + struct.pack(">HH", zone.SOA, 1)
-            self.answers[k] = self.render(zwire, len(zwire), zone.Answer(zone.NOERROR, apex_soa=True))
+            k = zwire + struct.pack(">HH", vocab.SOA, 1)
+            self.answers[k] = self.render(zwire, len(zwire), vocab.Answer(vocab.NOERROR, apex_soa=True))
 
     # ----------------------------------------------------------------- names that cannot exist
 

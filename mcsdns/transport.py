@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
 from .querylog import errors
-from .resolve import Forward, Resolver
-from .wire import FORMERR, Query, error_reply
+from .resolve import Forward, LocalReply, Resolver, forward_failed, not_forwarding
+from .vocab import FORMERR  # noqa: F401 (re-exported, as before)
+from .wire import Query
 
 log = logging.getLogger(__name__)
 
@@ -53,47 +54,11 @@ class Observer(Protocol):
 ForwardFn = Callable[[Query, bool], Awaitable[bytes | None]]
 
 
-class LocalReply(bytes):
-    """A reply written by this server in the forward path (SERVFAIL, REFUSED), not by an upstream.
-
-    Still plain bytes to send; observers tell it apart by type, so metrics label
-    it plugin "" like CoreDNS's server-written errors, and upstream replies "forward".
-    """
-
-    __slots__ = ()
-
-
 @dataclass(slots=True)
 class TcpLimits:
     max_connections: int = 1000  # beyond this, new connections are closed at once
     idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout is 10s)
     max_queries: int = 0  # per connection; 0 = unlimited
-
-
-def parse_hostport(text: str, default_port: int = 53) -> tuple[str, int]:
-    """`HOST:PORT`, `[V6]:PORT`, `HOST` or `[V6]` -> (host, port); ValueError with a reason."""
-    text = text.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise ValueError(f"{text!r}: missing ']'")
-        host, rest = text[1:end], text[end + 1 :]
-        if rest and not rest.startswith(":"):
-            raise ValueError(f"{text!r}: expected ':PORT' after ']'")
-        port_text = rest[1:] if rest else ""
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    elif ":" in text:
-        host, port_text = text, ""  # a bare IPv6 address
-    else:
-        host, port_text = text, ""
-    if not host:
-        raise ValueError(f"{text!r}: empty host")
-    if port_text == "":
-        return host, default_port
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"{text!r}: port must be 0..65535")
-    return host, int(port_text)
 
 
 class DnsServer:
@@ -209,8 +174,7 @@ class DnsServer:
         if self.on_panic is not None:
             self.on_panic()
         errors.log("panic", logging.ERROR, "resolver failed on a %s query", proto, exc_info=True)
-        self.resolver.last_query = None
-        return error_reply(data, 2) if len(data) >= 12 else None
+        return self.resolver.panicked(data)
 
     async def _forward_udp(self, sock, addr, where: Listener, data: bytes, fwd: Forward, started: float) -> None:
         reply = await self._forwarded(fwd, False)
@@ -224,14 +188,14 @@ class DnsServer:
 
     async def _forwarded(self, fwd: Forward, tcp: bool) -> bytes | None:
         if self.forward is None:
-            return LocalReply(error_reply(fwd.query.raw, 5, fwd.query))
+            return not_forwarding(fwd.query)
         try:
             return await self.forward(fwd.query, tcp)
         except Exception:
             if self.on_panic is not None:
                 self.on_panic()
             errors.log("panic", logging.ERROR, "forwarding failed", exc_info=True)
-            return LocalReply(error_reply(fwd.query.raw, 2, fwd.query))
+            return forward_failed(fwd.query)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_event_loop().create_task(coro)
@@ -308,4 +272,4 @@ def server_label(host: str, port: int) -> str:
     return f"dns://{_fmt(host, port)}"
 
 
-__all__ = ["DnsServer", "Listener", "LocalReply", "TcpLimits", "parse_hostport", "server_label", "FORMERR"]
+__all__ = ["DnsServer", "Listener", "LocalReply", "TcpLimits", "server_label", "FORMERR"]

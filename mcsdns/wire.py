@@ -18,7 +18,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from .compile import AAAA, NS, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
+from .vocab import AAAA, CLASS_IN, NS, OPT, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
 
 HEADER = struct.Struct(">HHHHHH")
 U16 = struct.Struct(">H")
@@ -29,10 +29,6 @@ SOA_REFRESH, SOA_RETRY, SOA_EXPIRE = 7200, 1800, 86400  # CoreDNS's SOA timers (
 
 QR, AA, TC, RD, CD = 0x8000, 0x0400, 0x0200, 0x0100, 0x0010
 OPCODE_MASK = 0x7800
-FORMERR, SERVFAIL, NOTIMP, REFUSED = 1, 2, 4, 5
-BADVERS = 16
-OPT = 41
-CLASS_IN = 1
 MAX_UDP = 512  # without EDNS (RFC 1035)
 MAX_TCP = 65535
 

@@ -34,8 +34,8 @@ from dnslib import AAAA, NS, QTYPE, RR, SOA, SRV, TXT, A, DNSLabel
 from prometheus_client import CollectorRegistry
 
 from . import compile as zone
-from .app import advertised_addresses
-from .config import Config, ConfigError
+from . import vocab
+from .config import Config, ConfigError, advertised_addresses
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
 from .table import Table, TableConfig
@@ -56,17 +56,17 @@ def _name(labels: tuple[str, ...], origin: tuple[str, ...]) -> DNSLabel:
     return DNSLabel([p.encode() for p in parts])
 
 
-def _rdata(rec: zone.Record, origin: tuple[str, ...]) -> A | AAAA | SRV | TXT | NS:
-    if rec.rtype == zone.A:
+def _rdata(rec: vocab.Record, origin: tuple[str, ...]) -> A | AAAA | SRV | TXT | NS:
+    if rec.rtype == vocab.A:
         return A(rec.data)
-    if rec.rtype == zone.AAAA:
+    if rec.rtype == vocab.AAAA:
         return AAAA(rec.data)
-    if rec.rtype == zone.SRV:
+    if rec.rtype == vocab.SRV:
         priority, weight, port, target = rec.data
         return SRV(priority, weight, port, _name(target, origin))
-    if rec.rtype == zone.TXT:
+    if rec.rtype == vocab.TXT:
         return TXT(rec.data)
-    if rec.rtype == zone.NS:
+    if rec.rtype == vocab.NS:
         return NS(_name(rec.data, origin))
     raise ValueError(f"no zone file form for record type {rec.rtype}")
 
@@ -80,8 +80,8 @@ def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) ->
         _name(zone.NS_NAME, origin), _name(("hostmaster",), origin),
         (table.serial & 0xFFFFFFFF, SOA_REFRESH, SOA_RETRY, SOA_EXPIRE, ttl)))  # fmt: skip
     fixed = [
-        ((), zone.answer((), zone.NS, table, ttl, ns_addresses)),
-        (("dns-version",), zone.answer(("dns-version",), zone.TXT, table, ttl, ns_addresses)),
+        ((), zone.answer((), vocab.NS, table, ttl, ns_addresses)),
+        (("dns-version",), zone.answer(("dns-version",), vocab.TXT, table, ttl, ns_addresses)),
     ]
     for labels, ans in fixed:
         for rec in ans.answer + ans.additional:
@@ -92,7 +92,7 @@ def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) ->
         if svc is None or not table.namespace_exposed(key[0]):
             continue
         for labels, _qtype, ans in zone.compile_service(svc, table, ttl, ns_addresses, endpoint_names=True):
-            if ans.rcode != zone.NOERROR:
+            if ans.rcode != vocab.NOERROR:
                 continue
             for rec in ans.answer:  # glue is the targets' own records, printed under their names
                 owner = labels if rec.owner is None else rec.owner

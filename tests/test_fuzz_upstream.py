@@ -37,7 +37,7 @@ import dns.rrset
 from prometheus_client import CollectorRegistry
 
 from mcsdns.config import Config
-from mcsdns.forward import Forwarder
+from mcsdns.forward import ForwardConfig, Forwarder
 from mcsdns.metrics import Metrics
 from mcsdns.replycheck import REASONS, checks_data
 from mcsdns.transport import LocalReply
@@ -308,7 +308,7 @@ async def fuzz(inputs: int, seed: int) -> dict[str, int]:
     await upstream.start()
     metrics = Metrics(CollectorRegistry())
     forwarders = [
-        Forwarder([("127.0.0.1", upstream.port)], Config(upstream_timeout=TIMEOUT, forward_0x20=exact), metrics)
+        Forwarder([("127.0.0.1", upstream.port)], ForwardConfig.of(Config(upstream_timeout=TIMEOUT, forward_0x20=exact)), metrics)
         for exact in (False, True)
     ]
     stats = {"servfail": 0, "forwarded": 0}

@@ -21,7 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from serverproc import ROOT
 from upstreams import Knot, Mcsdns
 
-from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SIZE_BUCKETS, Metrics
+from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SIZE_BUCKETS, Metrics, Views
+from mcsdns.store import Store
+from mcsdns.table import Table, TableConfig
 from mcsdns.transport import Listener
 from mcsdns.wire import parse_query
 
@@ -224,8 +226,9 @@ def test_programming_latency_buckets_are_corednss():
 
 def test_observe_counts_with_plain_integers_and_keeps_no_memory_per_query():
     registry = CollectorRegistry()
-    metrics = Metrics(registry)
-    metrics.set_zones([b"\x0aclusterset\x05local\x00"])
+    store = Store()
+    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1",)), store)
+    metrics = Metrics(registry, Views(table, store.counts, lambda: ["dns://127.0.0.1:53"]))
     where = Listener("dns://127.0.0.1:53", "udp", 1)
     wire = _query("web.demo.svc." + Z, want_dnssec=True)
     q = parse_query(wire)
