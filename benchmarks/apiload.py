@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Iterable
 
-from .testbed_import import ApiError, KubeClient, object_path, resource_path
+from testsupport.testbed import ApiError, KubeClient, object_path, resource_path
 
 
 class Conn:

@@ -25,7 +25,7 @@ import dns.query
 import dns.rcode
 
 from . import procstat
-from .testbed_import import DIE_WITH_PARENT, free_port, stop_popen
+from testsupport.testbed import DIE_WITH_PARENT, free_port, stop_popen
 
 REPO = Path(__file__).resolve().parent.parent
 # Servers and dnsperf run at this nice value (root only; 0 = as is): on a machine shared with other

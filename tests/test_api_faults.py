@@ -46,8 +46,8 @@ import pytest
 from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.sources.kubeapi import LIST_TIMEOUT
 from mcsdns.sources.watching import STREAM_SLACK
-from serverproc import ROOT
-from testbed import ApiError, Testbed
+from testsupport.serverproc import ROOT
+from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serverproc import ROOT
+from testsupport.serverproc import ROOT
 
 PROBE = '''
 import pytest

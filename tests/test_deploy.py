@@ -40,8 +40,8 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from testbed import ApiError, Process, Testbed
-from testbed import testbin_cache as _testbin_cache
+from testsupport.testbed import ApiError, Process, Testbed
+from testsupport.testbed import testbin_cache as _testbin_cache
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -205,7 +205,7 @@ def read_back(testbed: Testbed, obj: dict) -> dict:
     prefix = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
     plural = {"ServiceMonitor": "servicemonitors"}.get(kind)
     if plural is None:
-        from testbed import resource_for
+        from testsupport.testbed import resource_for
 
         plural = resource_for(kind).plural
     ns = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
@@ -557,7 +557,7 @@ def test_server_runs_as_deployed_with_the_cluster_role(
     testbed: Testbed, base: dict, user_bound_to_deploy_role: Path, fresh_namespace: str, tmp_path: Path,
 ) -> None:
     from kube_server import McsDns, a, endpoint_slice, ensure_crd, fqdn, service_import
-    from serverproc import free_port
+    from testsupport.serverproc import free_port
 
     coredns_bin = cached_binary("coredns")
     ensure_crd(testbed)

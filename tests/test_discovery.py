@@ -22,8 +22,9 @@ import yaml
 
 from cases import MAIN, Z
 from inspection import assert_explain_agrees, explain, get_json, imports
-from serverproc import FIXTURES, ROOT, Server, eventually, headless_service
-from testbed import free_port
+from testsupport.objects import headless_service
+from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
+from testsupport.testbed import free_port
 
 MCS = "multicluster.x-k8s.io/v1beta1"
 

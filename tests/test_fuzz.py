@@ -52,8 +52,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from cases import MAIN, Z, check, make_query  # noqa: E402
 from mcsdns.metrics import Metrics  # noqa: E402
 from mcsdns.querylog import format_line  # noqa: E402
@@ -64,7 +62,8 @@ from mcsdns.store import Store  # noqa: E402
 from mcsdns.table import Table, TableConfig  # noqa: E402
 from mcsdns.transport import DnsServer, Listener, TcpLimits  # noqa: E402
 from mcsdns.wire import error_reply  # noqa: E402
-from serverproc import FIXTURES, ROOT, Server, headless_service  # noqa: E402
+from testsupport.objects import headless_service
+from testsupport.serverproc import FIXTURES, ROOT, Server  # noqa: E402
 
 FUZZ_INPUTS = int(os.environ.get("MCSDNS_FUZZ_INPUTS", "100000"))
 FUZZ_SEED = int(os.environ.get("MCSDNS_FUZZ_SEED", "1645"))

@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 import yaml
 
-from serverproc import ROOT, Server
+from testsupport.serverproc import ROOT, Server
 from test_deploy import (  # noqa: F401  (kubectl is a fixture)
     BASE, EXPECTED_RULES, PRODUCTION, Kubectl, assert_no_warnings, cached_binary, eventually, install_servicemonitor_crd,
     kubectl, parse_flags,
 )
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 CHART = ROOT / "deploy" / "helm" / "mcsdns"
 RULES_FILE = ROOT / "deploy" / "monitoring" / "mcsdns-alerts.yaml"

@@ -46,9 +46,9 @@ from pathlib import Path
 import pytest
 
 from kube_server import McsDns, a, ensure_crd, eventually, fqdn, service_import
-from serverproc import ROOT, Server
+from testsupport.serverproc import ROOT, Server
 from test_deploy import DEPLOY, NAME, NAMESPACE, Kubectl, cached_binary
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # kubernetes.config.incluster_config
 RUN = os.path.realpath("/var/run")  # /run on Debian: the tmpfs goes over the link's target

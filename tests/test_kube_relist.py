@@ -29,7 +29,7 @@ from mcsdns.sources.kube import KubeSource
 from mcsdns.sources.watching import PAGE_SIZE, Listed, ListedPage, Problem, Upserted
 from mcsdns.store import Store
 from mcsdns.table import Table, TableConfig
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 Z = "clusterset.local"
 

@@ -27,7 +27,8 @@ from mcsdns.resolve import Resolver, RoundRobinResolver
 from mcsdns.sources.manifests import ManifestSource
 from mcsdns.store import Store
 from mcsdns.table import Table, TableConfig
-from serverproc import FIXTURES, ROOT, Server, ask, exchange, headless_service, order
+from testsupport.objects import headless_service
+from testsupport.serverproc import FIXTURES, ROOT, Server, ask, exchange, order
 
 POOL_V4 = [f"10.30.0.{i}" for i in range(1, 6)]
 POOL_V6 = ["fd00:30::1", "fd00:30::2", "fd00:30::3"]

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from cases import Z
-from serverproc import Server, ask, eventually, exchange, order
-from serverproc import record_sets as unordered
+from testsupport.serverproc import Server, ask, eventually, exchange, order
+from testsupport.serverproc import record_sets as unordered
 
 NS = "loc"
 HTTP = [{"name": "http", "protocol": "TCP", "port": 80}]
@@ -295,7 +295,7 @@ def test_bad_local_cluster_exits_2_naming_the_flag(value):
     import subprocess
     import sys
 
-    from serverproc import ROOT
+    from testsupport.serverproc import ROOT
 
     proc = subprocess.run([sys.executable, "-m", "mcsdns", "serve", f"--local-cluster={value}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)

@@ -22,7 +22,7 @@ import yaml
 
 from cases import Z
 from mcsdns import reverse
-from serverproc import FIXTURES, ROOT, eventually
+from testsupport.serverproc import FIXTURES, ROOT, eventually
 from upstreams import Fake, Mcsdns
 
 NS = "rev"
@@ -282,7 +282,7 @@ def example_blocks(dns_port: int, mcsdns: str) -> str:
 
 def test_the_example_stub_zones_reach_mcsdns_through_coredns(testbin, tmp_path, upstream):
     from compat.coredns import find_coredns
-    from testbed import Process, free_port
+    from testsupport.testbed import Process, free_port
 
     objects = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},

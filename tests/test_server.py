@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from cases import MAIN, Z, check, make_query
-from serverproc import FIXTURES, ROOT, Server, headless_service
+from testsupport.objects import headless_service
+from testsupport.serverproc import FIXTURES, ROOT, Server
 
 
 @pytest.fixture(scope="module")

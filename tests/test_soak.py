@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 
-from serverproc import ROOT
+from testsupport.serverproc import ROOT
 
 DURATION = 20
 

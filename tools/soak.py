@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the testbed (real etcd + kube-apiserv
 sys.path.insert(0, str(ROOT))  # benchmarks.provenance: date, commit and machine of a stored result
 
 from benchmarks import provenance  # noqa: E402
-from testbed import ApiError, KubeClient, Testbed, free_port, stop_popen  # noqa: E402
+from testsupport.testbed import ApiError, KubeClient, Testbed, free_port, stop_popen  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"  # --save: soak-manifests.json, soak-api.json
 

@@ -21,7 +21,7 @@ import dns.query
 import pytest
 
 from cases import MAIN, check, make_query
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 from .compare import TALLY
 from .coredns import Block, CoreDNS

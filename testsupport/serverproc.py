@@ -21,10 +21,10 @@ from typing import Any, Callable, TypeVar
 import dns.message
 import dns.query
 import dns.rdatatype
-from testbed import free_port, stop_popen
+from testsupport.testbed import free_port, stop_popen
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 T = TypeVar("T")
 
 
@@ -41,19 +41,6 @@ def eventually(check: Callable[[], T], timeout: float = 15.0, interval: float = 
             text = what() if callable(what) else what
             raise AssertionError(f"{text or 'condition'} not met within {timeout}s (last: {last!r})")
         time.sleep(interval)
-
-
-def headless_service(namespace: str, name: str, endpoints: list[dict], cluster: str = "c1") -> list[dict]:
-    """A headless ServiceImport and one MCS EndpointSlice (port http/TCP/80) as manifest objects."""
-    http = [{"name": "http", "protocol": "TCP", "port": 80}]
-    labels = {"multicluster.kubernetes.io/service-name": name, "multicluster.kubernetes.io/source-cluster": cluster}
-    return [
-        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-         "metadata": {"name": name, "namespace": namespace}, "spec": {"type": "Headless", "ports": http}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-         "metadata": {"name": f"{name}-1", "namespace": namespace, "labels": labels},
-         "endpoints": endpoints, "ports": http},
-    ]  # fmt: skip
 
 
 class Server:
