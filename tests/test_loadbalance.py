@@ -24,9 +24,7 @@ import yaml
 
 from cases import MAIN, Z
 from mcsdns.resolve import Resolver, RoundRobinResolver
-from mcsdns.sources.manifests import ManifestSource
-from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
+from testsupport.inprocess import build_table
 from testsupport.objects import headless_service
 from testsupport.serverproc import FIXTURES, ROOT, Server, ask, exchange, order
 
@@ -158,10 +156,7 @@ def test_help_explains_the_flag():
 
 
 def build(paths: list[Path]) -> tuple[Resolver, RoundRobinResolver]:
-    store = Store()
-    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1", "127.0.0.2")), store)
-    store.listener = table.on_change
-    ManifestSource(paths, store).load()
+    table = build_table(paths, ns_addresses=("127.0.0.1", "127.0.0.2"))
     return Resolver(table), RoundRobinResolver(table)
 
 

@@ -232,18 +232,14 @@ def test_mutated_packets_with_both_flags_on(tmp_path):
 
     from mcsdns.metrics import Metrics
     from mcsdns.resolve import Resolver, RoundRobinResolver
-    from mcsdns.sources.manifests import ManifestSource
-    from mcsdns.store import Store
-    from mcsdns.table import Table, TableConfig
+    from testsupport.inprocess import build_table
     from test_fuzz import mutate, run_one, seed_queries
     from test_locality import documents as locality_documents
 
     path = tmp_path / "both.yaml"
     path.write_text(yaml.safe_dump_all(documents() + locality_documents()[1:]))
-    store = Store()
-    table = Table(TableConfig((Z.rstrip("."),), 5, None, ("127.0.0.1",), "west", CIDRS + ("10.40.0.0/16",)), store)
-    store.listener = table.on_change
-    ManifestSource([FIXTURES / "contract.yaml", path], store).load()
+    table = build_table([FIXTURES / "contract.yaml", path], zones=(Z.rstrip("."),), local_cluster="west",
+                        reverse_cidrs=CIDRS + ("10.40.0.0/16",))
     resolvers = (RoundRobinResolver(table), Resolver(table, forwarding=True))
     names = [dns.reversename.from_address(ip).to_text() for ip in ("10.50.1.1", "10.50.1.2", "fd00:50::10", "10.40.1.1")]
     names += [f"two.loc.svc.{Z}", f"_http._tcp.three.loc.svc.{Z}", "0.0.0.0.0.0.0.0.0.5.0.0.0.0.d.f.ip6.arpa.",

@@ -216,7 +216,10 @@ def generate(seed: int, prefix: str = "cx") -> Dataset:
                 for fam in families:
                     v6 = fam == "IPv6"
                     name = f"{svc}-{cid.lower().replace('.', '-')}-{fam.lower()}"
-                    slices.append(endpoint_slice(ns, name, svc, cid, _endpoints(rng, addrs, v6, rng.choice([0, 1, 2, 3, 4])), address_type=fam, ports=_slice_ports(rng)))
+                    endpoints = _endpoints(rng, addrs, v6, rng.choice([0, 1, 2, 3, 4]))
+                    ports = _slice_ports(rng)  # None: a slice without the field
+                    slices.append(endpoint_slice(ns, name, svc, cid, endpoints, address_type=fam, ports=ports,
+                                                 no_ports=ports is None))
     ns0 = namespaces[0]
     # Too big for 512 bytes (A) and for 4096 (SRV with glue): truncation.
     ds.objects.append(service_import(ns0, "big", headless=True, ports=[]))

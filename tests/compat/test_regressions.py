@@ -15,9 +15,7 @@ import pytest
 import yaml
 
 from mcsdns.resolve import Resolver
-from mcsdns.sources.manifests import ManifestSource
-from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
+from testsupport.inprocess import build_resolver
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 
 from .generator import endpoint, endpoint_slice, namespace, service_import
@@ -38,11 +36,7 @@ def resolver(tmp_path_factory: pytest.TempPathFactory) -> Resolver:
     ]
     path = Path(tmp_path_factory.mktemp("regressions")) / "objects.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    store = Store()
-    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1",)), store)
-    store.listener = table.on_change
-    ManifestSource([path], store).load()
-    return Resolver(table)
+    return build_resolver([path])
 
 
 def ask(resolver: Resolver, q: dns.message.Message) -> bytes:
