@@ -49,7 +49,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 # ============================================================================ #
 
 # ============================================================================ #
-# BEGIN kube testbed fixtures (real etcd + kube-apiserver, see tests/testbed.py)
+# BEGIN kube testbed fixtures (real etcd + kube-apiserver, see testsupport/testbed.py)
 # ============================================================================ #
 
 from testsupport.testbed import ApiError, Testbed, find_testbin  # noqa: E402
