@@ -20,7 +20,7 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import MAIN, Z
+from testsupport.cases import MAIN, Z
 from inspection import assert_explain_agrees, explain, get_json, imports
 from testsupport.objects import headless_service
 from testsupport.serverproc import FIXTURES, ROOT, Server, eventually

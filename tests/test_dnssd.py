@@ -16,7 +16,7 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import MAIN, Z, check, section_lines
+from testsupport.cases import MAIN, Z, check, section_lines
 from inspection import explain
 from testsupport.objects import headless_service
 from testsupport.serverproc import FIXTURES, Server, eventually

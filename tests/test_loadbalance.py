@@ -22,7 +22,7 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from cases import MAIN, Z
+from testsupport.cases import MAIN, Z
 from mcsdns.resolve import Resolver, RoundRobinResolver
 from testsupport.inprocess import build_table
 from testsupport.objects import headless_service

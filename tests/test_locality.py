@@ -19,7 +19,7 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from cases import Z
+from testsupport.cases import Z
 from testsupport.serverproc import Server, ask, eventually, exchange, order
 from testsupport.serverproc import record_sets as unordered
 

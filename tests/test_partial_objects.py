@@ -18,7 +18,7 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import section_lines
+from testsupport.cases import section_lines
 from mcsdns.objects import InvalidObject, Port, convert
 from mcsdns.resolve import Resolver
 from mcsdns.sources.manifests import ManifestSource

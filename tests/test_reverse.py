@@ -20,7 +20,7 @@ import dns.reversename
 import pytest
 import yaml
 
-from cases import Z
+from testsupport.cases import Z
 from mcsdns import reverse
 from testsupport.serverproc import FIXTURES, ROOT, eventually
 from upstreams import Fake, Mcsdns
@@ -224,7 +224,7 @@ def test_without_the_flag_reverse_names_are_forwarded(manifests, upstream):
 
 
 def test_mutated_packets_with_both_flags_on(tmp_path):
-    """tests/test_fuzz.py's mutator and invariants on a resolver with --local-cluster, --reverse-cidr and
+    """testsupport/fuzz.py's mutator and invariants on a resolver with --local-cluster, --reverse-cidr and
     round robin: nothing raises, every reply parses and carries the query's ID, UDP without EDNS fits 512."""
     import random
 
@@ -233,7 +233,7 @@ def test_mutated_packets_with_both_flags_on(tmp_path):
     from mcsdns.metrics import Metrics
     from mcsdns.resolve import Resolver, RoundRobinResolver
     from testsupport.inprocess import build_table
-    from test_fuzz import mutate, run_one, seed_queries
+    from testsupport.fuzz import mutate, run_one, seed_queries
     from test_locality import documents as locality_documents
 
     path = tmp_path / "both.yaml"

@@ -21,7 +21,7 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import MAIN, Z, check, make_query
+from testsupport.cases import MAIN, Z, check, make_query
 from testsupport.objects import headless_service
 from testsupport.serverproc import FIXTURES, ROOT, Server
 

@@ -22,7 +22,7 @@ import urllib.request
 import dns.message
 import pytest
 
-from cases import MAIN, check, make_query
+from testsupport.cases import MAIN, check, make_query
 from testsupport.serverproc import FIXTURES, Server, eventually
 from testsupport.testbed import free_port
 

@@ -9,7 +9,7 @@ import dns.message
 import dns.rcode
 import pytest
 
-from cases import MAIN, Z, check, make_query
+from testsupport.cases import MAIN, Z, check, make_query
 from mcsdns import compile as zone
 from mcsdns.objects import convert
 from mcsdns.resolve import Resolver

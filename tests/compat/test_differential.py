@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cases import MAIN, check, make_query
+from testsupport.cases import MAIN, check, make_query
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 
 from . import compare
@@ -83,7 +83,7 @@ def test_fast_reader_agrees_with_dnspython(world: World) -> None:
 
 # --------------------------------------------------------------------------- the contract fixture
 
-# Cases of tests/cases.py that CoreDNS answers differently on purpose (decision ns-address):
+# Cases of testsupport/cases.py that CoreDNS answers differently on purpose (decision ns-address):
 # outside a cluster, with `bind 127.0.0.1`, it has no address of its own to give.
 CASES_DIFFERING_BY_DECISION = {"51", "D1"}
 

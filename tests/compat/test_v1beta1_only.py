@@ -20,7 +20,7 @@ import dns.message
 import dns.query
 import pytest
 
-from cases import MAIN, check, make_query
+from testsupport.cases import MAIN, check, make_query
 from testsupport.testbed import Testbed
 
 from .compare import TALLY
