@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ipaddress
 import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -42,6 +41,7 @@ import dns.rdatatype
 import pytest
 
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
+from testsupport.serverproc import eventually as _eventually
 
 from .coredns import Block, CoreDNS
 from .harness import McsDns, World
@@ -249,15 +249,15 @@ def addresses(port: int, name: str, rdtype: str) -> list[str]:
 
 
 def eventually(check, what: str):
-    """The suite's Eventually(..., 20s, 1s), polling faster."""
-    deadline = time.monotonic() + EVENTUALLY
-    while True:
-        ok, detail = check()
-        if ok:
-            return detail
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {EVENTUALLY:.0f}s; last: {detail}")
-        time.sleep(0.2)
+    """The suite's Eventually(..., 20s, 1s), polling faster; `check` returns (ok, detail), detail is returned."""
+    last: list = [None]
+
+    def ok() -> bool:
+        done, last[0] = check()
+        return done
+
+    _eventually(ok, EVENTUALLY, 0.2, what=lambda: f"{what} (last detail: {last[0]})")
+    return last[0]
 
 
 def rdtype_of(family: str) -> str:
