@@ -51,6 +51,19 @@ def eventually(check: Callable[[], T], timeout: float = 15.0, interval: float = 
         time.sleep(interval)
 
 
+def mcsdns_command(dns_port: int, http_port: int, args: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """`python -m mcsdns serve` on 127.0.0.1:<dns_port> (admin on <http_port>), no lameduck wait, and
+    hermetic: `--upstream none` unless `args` name upstreams (never this host's resolv.conf)."""
+    return [
+        sys.executable, "-m", "mcsdns", "serve",
+        "--listen", f"127.0.0.1:{dns_port}",
+        "--http-listen", f"127.0.0.1:{http_port}",
+        "--lameduck", "0",
+        *(() if "--upstream" in args else ("--upstream", "none")),
+        *args,
+    ]  # fmt: skip
+
+
 class Server:
     """`mcsdns serve ARGS` on 127.0.0.1:<dns_port>, admin on 127.0.0.1:<http_port>."""
 
@@ -71,14 +84,7 @@ class Server:
         return ("127.0.0.1", self.dns_port)
 
     def start(self, log_path: Path | None = None, timeout: float = 20) -> "Server":
-        cmd = self.argv or [
-            sys.executable, "-m", "mcsdns", "serve",
-            "--listen", f"127.0.0.1:{self.dns_port}",
-            "--http-listen", f"127.0.0.1:{self.http_port}",
-            "--lameduck", "0",
-            *(() if "--upstream" in self.args else ("--upstream", "none")),  # hermetic: not this host's resolv.conf
-            *self.args,
-        ]  # fmt: skip
+        cmd = self.argv or mcsdns_command(self.dns_port, self.http_port, self.args)
         self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"mcsdns-test-{self.dns_port}.log"
         self._log = open(self.log_path, "wb")
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
