@@ -22,7 +22,7 @@ import yaml
 
 from testsupport.cases import MAIN, Z
 from inspection import assert_explain_agrees, explain, get_json, imports
-from testsupport.objects import headless_service
+from testsupport.objects import headless_service, service_import
 from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
 from testsupport.testbed import free_port
 
@@ -95,9 +95,8 @@ def _write(path, objects):
 
 
 def _import(ns, name, ips, ports=(("http", "TCP", 80),), spec_type="ClusterSetIP"):
-    return {"apiVersion": MCS, "kind": "ServiceImport", "metadata": {"name": name, "namespace": ns},
-            "spec": {"type": spec_type, "ips": list(ips),
-                     "ports": [{"name": n, "protocol": p, "port": port} for n, p, port in ports]}}  # fmt: skip
+    return service_import(ns, name, list(ips), headless=spec_type == "Headless",
+                          ports=[{"name": n, "protocol": p, "port": port} for n, p, port in ports])
 
 
 def test_imports_follow_adds_updates_and_deletes(tmp_path):

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from testsupport.cases import Z
+from testsupport.objects import endpoint, endpoint_slice, service_import
 from testsupport.serverproc import Server, ask, eventually, exchange, order
 from testsupport.serverproc import record_sets as unordered
 
@@ -44,23 +45,14 @@ CLUSTERS = {
 
 
 def slice_doc(service: str, cluster: str | None, endpoints: list[tuple[str, str, bool]], family: str) -> dict:
-    labels = {"multicluster.kubernetes.io/service-name": service}
-    if cluster is not None:
-        labels["multicluster.kubernetes.io/source-cluster"] = cluster
     v6 = family == "IPv6"
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": family,
-            "metadata": {"name": f"{service}-{cluster or 'x'}-{family.lower()}", "namespace": NS, "labels": labels},
-            "endpoints": [{"addresses": [ip], "hostname": host, "conditions": {"ready": ready}}
-                          for ip, host, ready in endpoints if (":" in ip) == v6],
-            "ports": HTTP}  # fmt: skip
+    return endpoint_slice(NS, f"{service}-{cluster or 'x'}-{family.lower()}", service, cluster,
+                          [endpoint([ip], host, ready) for ip, host, ready in endpoints if (":" in ip) == v6],
+                          address_type=family, ports=HTTP)
 
 
 def import_doc(name: str, headless: bool, ips: list[str] | None = None) -> dict:
-    spec: dict = {"type": "Headless" if headless else "ClusterSetIP", "ports": HTTP}
-    if ips:
-        spec["ips"] = ips
-    return {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+    return service_import(NS, name, ips or None, headless=headless, ports=HTTP)
 
 
 def cluster_property(value: str) -> dict:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from testsupport.cases import Z
+from testsupport.objects import endpoint_slice, namespace, service_import
 from mcsdns import reverse
 from testsupport.serverproc import FIXTURES, ROOT, eventually
 from upstreams import Fake, Mcsdns
@@ -69,21 +70,13 @@ def test_bad_cidrs_exit_2_naming_flag_and_value(cidrs, why):
 
 def documents(db_1_ready: bool = False) -> list[dict]:
     def imp(name: str, headless: bool, ips: list[str] | None = None) -> dict:
-        spec: dict = {"type": "Headless" if headless else "ClusterSetIP", "ports": HTTP}
-        if ips:
-            spec["ips"] = ips
-        return {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-                "metadata": {"name": name, "namespace": NS}, "spec": spec}
+        return service_import(NS, name, ips or None, headless=headless, ports=HTTP)
 
     def sl(name: str, service: str, cluster: str | None, family: str, endpoints: list[dict]) -> dict:
-        labels = {"multicluster.kubernetes.io/service-name": service}
-        if cluster:
-            labels["multicluster.kubernetes.io/source-cluster"] = cluster
-        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": family,
-                "metadata": {"name": name, "namespace": NS, "labels": labels}, "endpoints": endpoints, "ports": HTTP}
+        return endpoint_slice(NS, name, service, cluster or None, endpoints, address_type=family, ports=HTTP)
 
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        namespace(NS),
         imp("vip", False, ["10.50.0.10", "fd00:50::10"]),
         imp("outside", False, ["192.168.77.7"]),
         imp("db", True),
