@@ -1,6 +1,6 @@
 """Writing the data set into the test bed's kube-apiserver, fast.
 
-`KubeClient` of tests/testbed.py opens one TLS connection per request, which
+`KubeClient` of testsupport/testbed.py opens one TLS connection per request, which
 is right for tests and far too slow for 100k objects. Here each worker thread
 keeps one keep-alive connection, and objects are POSTed concurrently.
 """
@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Iterable
 
-from .testbed_import import ApiError, KubeClient, object_path, resource_path
+from testsupport.testbed import ApiError, KubeClient, object_path, resource_path
 
 
 class Conn:

@@ -8,39 +8,29 @@ import logging
 import sys
 import time
 
-from mcsdns.objects import convert
-from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
+from testsupport.inprocess import build_table
+from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 
 logging.disable(logging.WARNING)
 
 
 def table_with(objs):
-    store = Store()
-    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1",)), store)
-    store.apply(convert({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
-    for o in objs:
-        store.apply(convert(o))  # no listener: nothing compiled yet
-    return table
+    # No listener: nothing compiled yet, the timed loop compiles.
+    return build_table(objects=[namespace("ns"), *objs], compile_changes=False)
 
 
 def headless(endpoints=1000, ports=100):
     port_list = [{"name": f"p{i}", "protocol": "TCP", "port": 1000 + i} for i in range(ports)]
     return [
-        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-         "metadata": {"name": "h", "namespace": "ns"}, "spec": {"type": "Headless", "ports": port_list}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-         "metadata": {"name": "h-1", "namespace": "ns", "labels": {
-             "multicluster.kubernetes.io/service-name": "h", "multicluster.kubernetes.io/source-cluster": "c1"}},
-         "endpoints": [{"addresses": [f"10.{i // 250}.{i % 250}.1"]} for i in range(endpoints)], "ports": port_list},
+        service_import("ns", "h", headless=True, ports=port_list),
+        endpoint_slice("ns", "h-1", "h", "c1", [endpoint([f"10.{i // 250}.{i % 250}.1"], ready=None) for i in range(endpoints)],
+                       ports=port_list),
     ]
 
 
 def clustersetip(ports=1000):
     port_list = [{"name": f"p{i}", "protocol": "TCP", "port": 1 + i} for i in range(ports)]
-    return [{"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-             "metadata": {"name": "c", "namespace": "ns"},
-             "spec": {"type": "ClusterSetIP", "ips": ["10.9.0.1"], "ports": port_list}}]
+    return [service_import("ns", "c", ["10.9.0.1"], ports=port_list)]
 
 
 def main():

@@ -22,11 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-ZONE = "clusterset.local"
-MCS_API = "multicluster.x-k8s.io/v1beta1"
-ES_API = "discovery.k8s.io/v1"
-SERVICE_NAME = "multicluster.kubernetes.io/service-name"
-SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
+from testsupport.objects import ES_API, MCS_API, ZONE, endpoint, endpoint_slice, namespace, service_import
+
 CLUSTER = "east"
 HEADLESS_NS = "bench-hl"
 SLICE_MAX = 100
@@ -90,58 +87,33 @@ def headless_name(n: int) -> str:
 
 
 def namespace_obj(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    return namespace(name)
 
 
 def import_obj(spec: Spec, i: int, ips: list[str] | None = None) -> dict:
     if ips is None:
         ips = [vip4(i)] + ([vip6(i)] if vip6(i) else [])
     families = ["IPv4"] + (["IPv6"] if len(ips) > 1 else [])
-    return {
-        "apiVersion": MCS_API, "kind": "ServiceImport",
-        "metadata": {"name": f"svc-{i}", "namespace": spec.namespace(i)},
-        "spec": {"type": "ClusterSetIP", "ips": ips, "ipFamilies": families,
-                 "ports": [{"name": "http", "protocol": "TCP", "port": 80}]},
-    }  # fmt: skip
+    return service_import(spec.namespace(i), f"svc-{i}", ips, families=families)
 
 
 def slice_obj(spec: Spec, i: int) -> dict:
-    return {
-        "apiVersion": ES_API, "kind": "EndpointSlice",
-        "metadata": {"name": f"svc-{i}-{CLUSTER}", "namespace": spec.namespace(i),
-                     "labels": {SERVICE_NAME: f"svc-{i}", SOURCE_CLUSTER: CLUSTER}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [endpoint_ip(i, k, spec.endpoints)], "conditions": {"ready": True}}
-                      for k in range(spec.endpoints)],
-        "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
-    }  # fmt: skip
+    return endpoint_slice(spec.namespace(i), f"svc-{i}-{CLUSTER}", f"svc-{i}", CLUSTER,
+                          [(endpoint_ip(i, k, spec.endpoints), True) for k in range(spec.endpoints)],
+                          ports=[{"name": "http", "protocol": "TCP", "port": 8080}])
 
 
 def headless_import_obj(n: int) -> dict:
-    return {
-        "apiVersion": MCS_API, "kind": "ServiceImport",
-        "metadata": {"name": f"hl-{n}", "namespace": HEADLESS_NS},
-        "spec": {"type": "Headless", "ipFamilies": ["IPv4"],
-                 "ports": [{"name": "http", "protocol": "TCP", "port": 80}]},
-    }  # fmt: skip
+    return service_import(HEADLESS_NS, f"hl-{n}", headless=True, families=["IPv4"])
 
 
 def headless_slice_objs(n: int, extra: list[str] = ()) -> list[dict]:
     """Slices of `hl-<n>`: endpoints pod-0..pod-(n-1), plus `extra` addresses (propagation tests)."""
     eps = [(f"pod-{k}", headless_ip(n, k)) for k in range(n)]
     eps += [(f"extra-{k}", ip) for k, ip in enumerate(extra)]
-    out = []
-    for s in range(0, max(len(eps), 1), SLICE_MAX):
-        chunk = eps[s : s + SLICE_MAX]
-        out.append({
-            "apiVersion": ES_API, "kind": "EndpointSlice",
-            "metadata": {"name": f"hl-{n}-{CLUSTER}-{s // SLICE_MAX}", "namespace": HEADLESS_NS,
-                         "labels": {SERVICE_NAME: f"hl-{n}", SOURCE_CLUSTER: CLUSTER}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [ip], "hostname": host, "conditions": {"ready": True}} for host, ip in chunk],
-            "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
-        })  # fmt: skip
-    return out
+    return [endpoint_slice(HEADLESS_NS, f"hl-{n}-{CLUSTER}-{s // SLICE_MAX}", f"hl-{n}", CLUSTER,
+                           [endpoint([ip], host) for host, ip in eps[s : s + SLICE_MAX]])
+            for s in range(0, max(len(eps), 1), SLICE_MAX)]
 
 
 def objects(spec: Spec, start: int = 0) -> Iterator[dict]:

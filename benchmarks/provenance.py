@@ -1,7 +1,7 @@
 """Where a stored result came from: date, commit and machine, recorded beside its figures.
 
 Shared by the benchmark suite (benchmarks/suite.py) and the soak checker
-(tools/soak.py), so every file under benchmarks/results/ says the same things
+(benchmarks/soak.py), so every file under benchmarks/results/ says the same things
 the same way.
 """
 

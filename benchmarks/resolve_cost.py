@@ -21,10 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mcsdns import resolve
-from mcsdns.objects import convert
 from mcsdns.resolve import Resolver
-from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
+from testsupport.inprocess import build_resolver
 
 from . import dataset as ds
 
@@ -33,14 +31,7 @@ PACKETS = 100_000
 
 def build() -> Resolver:
     spec = ds.Spec(imports=1000, endpoints=10, headless=(10, 100))
-    store = Store()
-    table = Table(TableConfig((ds.ZONE,), ds.TTL, None, ("127.0.0.1",)), store)
-    store.listener = table.on_change
-    for obj in ds.objects(spec):
-        store.apply(convert(obj))
-    for kind in ("ServiceImport", "EndpointSlice", "Namespace"):
-        store.mark_synced(kind)
-    return Resolver(table)
+    return build_resolver(objects=ds.objects(spec), zones=(ds.ZONE,), ttl=ds.TTL, synced=True)
 
 
 def packet(name: str, qtype: int = 1, qid: int = 0) -> bytes:

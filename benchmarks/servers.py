@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -25,7 +24,8 @@ import dns.query
 import dns.rcode
 
 from . import procstat
-from .testbed_import import DIE_WITH_PARENT, free_port, stop_popen
+from testsupport.serverproc import mcsdns_command
+from testsupport.testbed import DIE_WITH_PARENT, free_port, stop_popen
 
 REPO = Path(__file__).resolve().parent.parent
 # Servers and dnsperf run at this nice value (root only; 0 = as is): on a machine shared with other
@@ -205,13 +205,7 @@ class Mcsdns(Server):
         self.http_port = free_port()
 
     def argv(self) -> list[str]:
-        argv = [
-            sys.executable, "-m", "mcsdns", "serve",
-            "--listen", f"127.0.0.1:{self.port}",
-            "--http-listen", f"127.0.0.1:{self.http_port}",
-            "--upstream", "none", "--lameduck", "0", "--log-level", "WARNING",
-            "--startup-timeout", "900s",
-        ]  # fmt: skip
+        argv = mcsdns_command(self.port, self.http_port, ["--log-level", "WARNING", "--startup-timeout", "900s"])
         if self.manifests is not None:
             argv += ["--manifests", str(self.manifests)]
         if self.kubeconfig is not None:

@@ -173,7 +173,7 @@ class Suite:
         return bool(api_servers) or not o.skip_scale or not o.skip_propagation
 
     def start_testbed(self) -> None:
-        from .testbed_import import Testbed, find_testbin
+        from testsupport.testbed import Testbed, find_testbin
 
         cache = find_testbin()
         self.coredns_bin = cache / "bin" / "coredns"

@@ -9,16 +9,10 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-# tests/ is not a package; make `import testbed` work under any --import-mode.
-_TESTS_DIR = str(Path(__file__).resolve().parent)
-if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
 
 # ============================================================================ #
 # BEGIN CI: a test that cannot run here fails in CI instead of skipping
@@ -55,10 +49,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 # ============================================================================ #
 
 # ============================================================================ #
-# BEGIN kube testbed fixtures (real etcd + kube-apiserver, see tests/testbed.py)
+# BEGIN kube testbed fixtures (real etcd + kube-apiserver, see testsupport/testbed.py)
 # ============================================================================ #
 
-from testbed import ApiError, Testbed, find_testbin  # noqa: E402
+from testsupport.testbed import ApiError, Testbed, find_testbin  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:

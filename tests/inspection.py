@@ -11,8 +11,8 @@ import json
 import dns.rcode
 import dns.rrset
 
-from cases import Case, check, expected_lines, section_lines
-from serverproc import Server
+from testsupport.cases import Case, check, expected_lines, section_lines
+from testsupport.serverproc import Server
 
 # What the reason of some contract cases must say (served with --namespaces testns): the cause a user looks for.
 REASONS = {

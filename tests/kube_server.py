@@ -1,6 +1,6 @@
 """Helpers for the kube watch scenarios (tests/test_kube_*.py): the real `mcsdns serve`
-against the testbed (a serverproc.Server), queried with dnspython over UDP, and object
-builders.
+against the testbed (a serverproc.Server), queried with dnspython over UDP. The object
+builders are testsupport.objects' (re-exported here).
 
 A subprocess is closer to reality than the App on a thread: it reads the
 kubeconfig, parses flags, handles SIGTERM and exits like the deployed server.
@@ -11,18 +11,14 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 import dns.rcode
 
-from serverproc import Server, eventually  # noqa: F401  (re-exported for the kube tests)
-from testbed import Testbed
+# Re-exported for the kube tests: the shared builders, the one `eventually`.
+from testsupport.objects import ES_API, MCS, ZONE, endpoint_slice, service_import  # noqa: F401
+from testsupport.serverproc import Server, eventually  # noqa: F401
+from testsupport.testbed import Testbed
 
-MCS = "multicluster.x-k8s.io"
-ES_API = "discovery.k8s.io/v1"
-ZONE = "clusterset.local"
-SERVICE_NAME = "multicluster.kubernetes.io/service-name"
-SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
 
 # The rules of the project's ClusterRole: list + watch on exactly what mcsdns reads.
 # Kept here as data on purpose (the lead's call for issue 3); deploy/base/rbac.yaml carries the same.
@@ -33,37 +29,7 @@ CLUSTER_ROLE_RULES = [
 ]
 
 
-
-# --------------------------------------------------------------------------- objects
-
-
-def service_import(namespace: str, name: str, ips: list[str] | None = None, *, headless: bool = False,
-                   api_version: str = f"{MCS}/v1beta1", port: int = 80) -> dict:
-    spec: dict[str, Any] = {
-        "type": "Headless" if headless else "ClusterSetIP",
-        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-    }
-    if ips is not None:
-        spec["ips"] = ips
-    return {"apiVersion": api_version, "kind": "ServiceImport",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
-
-
-def endpoint_slice(namespace: str, name: str, service: str, cluster: str | None,
-                   endpoints: list[tuple[str, bool]], *, labels: dict[str, str] | None = None,
-                   annotations: dict[str, str] | None = None) -> dict:
-    """An MCS EndpointSlice; `endpoints` are (ip, ready) pairs."""
-    all_labels = {SERVICE_NAME: service, **(labels or {})}
-    if cluster is not None:
-        all_labels[SOURCE_CLUSTER] = cluster
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": all_labels}
-    if annotations:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": ES_API, "kind": "EndpointSlice", "metadata": meta, "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}} for ip, ready in endpoints],
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-    }
+# --------------------------------------------------------------------------- the CRD
 
 
 def ensure_crd(testbed: Testbed, version: str = "v0.5.0") -> None:

@@ -10,7 +10,7 @@ import socket
 import sys
 import time
 
-from serverproc import Server, eventually
+from testsupport.serverproc import Server, eventually
 
 PROBE_TIMEOUT = 1.0  # a kubelet probe's default timeoutSeconds
 CAP = 128  # admin.MAX_CONNECTIONS

@@ -46,8 +46,8 @@ import pytest
 from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.sources.kubeapi import LIST_TIMEOUT
 from mcsdns.sources.watching import STREAM_SLACK
-from serverproc import ROOT
-from testbed import ApiError, Testbed
+from testsupport.serverproc import ROOT
+from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
 
@@ -551,8 +551,8 @@ def test_mcsdns_sigkilled_under_load_answers_correctly_again_soon(testbed: Testb
     prober = threading.Thread(target=probe, daemon=True)
     try:
         server.wait_until_ready()
-        flood = subprocess.Popen([sys.executable, str(ROOT / "tools" / "soak.py"), "flood", f"127.0.0.1:{server.dns_port}",
-                                  "--seconds", "25", "--processes", "1", "--rate", "20000"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        flood = subprocess.Popen([sys.executable, "-m", "benchmarks.soak", "flood", f"127.0.0.1:{server.dns_port}",
+                                  "--seconds", "25", "--processes", "1", "--rate", "20000"], cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
         prober.start()
         figures = []
         try:

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.queries import MIXES, RANDOM_SUBDOMAIN
+from benchmarks.suite import SERVERS
 
-from benchmarks.queries import MIXES, RANDOM_SUBDOMAIN  # noqa: E402
-from benchmarks.suite import SERVERS  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.kube
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serverproc import ROOT
+from testsupport.serverproc import ROOT
 
 PROBE = '''
 import pytest
@@ -38,7 +38,8 @@ def run_probe(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), env.get("PYTHONPATH")]))
+    # The suite's conftest (tests/) and the test-support package it imports (the repository root).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
          str(tmp_path / "test_probe.py")],

@@ -12,44 +12,18 @@ import dns.rcode
 import dns.rdatatype
 
 from mcsdns import compile as zone
-from mcsdns.objects import Address, EndpointSlice, Port, ServiceImport, convert
+from mcsdns.objects import Address, EndpointSlice, Port, ServiceImport
 from mcsdns.resolve import Resolver
-from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
+from mcsdns.table import Table
+from testsupport.inprocess import NS_ADDRESSES, build_table
+from testsupport.objects import endpoint_slice, namespace, service_import
 
 Z = "clusterset.local."
 PROTOCOLS = ("TCP", "UDP", "SCTP")
-NS_ADDRESSES = ("127.0.0.1",)
-
-
-def namespace(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-
-
-def service_import(name: str, type_: str, ips=(), ports=(), ns: str = "ns") -> dict:
-    return {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-            "metadata": {"name": name, "namespace": ns}, "spec": {"type": type_, "ips": list(ips), "ports": list(ports)}}  # fmt: skip
-
-
-def endpoint_slice(name: str, svc: str, cluster: str | None, endpoints, ports, family: str = "IPv4") -> dict:
-    labels = {"multicluster.kubernetes.io/service-name": svc}
-    if cluster is not None:
-        labels["multicluster.kubernetes.io/source-cluster"] = cluster
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": family,
-            "metadata": {"name": name, "namespace": "ns", "labels": labels}, "endpoints": list(endpoints), "ports": list(ports)}  # fmt: skip
 
 
 def make_table(*objects, namespaces=None) -> Table:
-    store = Store()
-    table = Table(TableConfig(("clusterset.local",), 5, namespaces, NS_ADDRESSES), store)
-    store.listener = table.on_change
-    for kind in ("Namespace", "ServiceImport", "EndpointSlice"):
-        store.mark_synced(kind)
-    store.apply(convert(namespace("ns")))
-    store.apply(convert(namespace("other")))
-    for obj in objects:
-        store.apply(obj if isinstance(obj, (ServiceImport, EndpointSlice)) else convert(obj))
-    return table
+    return build_table(objects=[namespace("ns"), namespace("other"), *objects], namespaces=namespaces, synced=True)
 
 
 def varied_services() -> list:
@@ -60,7 +34,7 @@ def varied_services() -> list:
         {"name": "sctp", "protocol": "SCTP", "port": 9}, {"port": 8080}, {"name": "noproto", "port": 81},
         {"name": "again", "protocol": "TCP", "port": 80}, {"name": "p" * 63, "protocol": "TCP", "port": 63},
     ] + [{"name": f"n{i}", "protocol": PROTOCOLS[i % 3], "port": 1000 + i % 4} for i in range(20)]  # fmt: skip
-    objs: list = [service_import("h", "Headless"), service_import("c", "ClusterSetIP", ["10.100.0.1", "fd00::100"], mixed_ports)]
+    objs: list = [service_import("ns", "h", [], headless=True, ports=[]), service_import("ns", "c", ["10.100.0.1", "fd00::100"], ports=mixed_ports)]
     n = 0
     for cluster in ("c1", "c2", "a.b", None):
         for family, ports in (("IPv4", mixed_ports), ("IPv6", mixed_ports[:5]), ("IPv4", [])):
@@ -74,14 +48,14 @@ def varied_services() -> list:
                 if e == 5:
                     ep["conditions"] = {"ready": False}
                 endpoints.append(ep)
-            objs.append(endpoint_slice(f"h-{n}", "h", cluster, endpoints, ports, family))
+            objs.append(endpoint_slice("ns", f"h-{n}", "h", cluster, endpoints, ports=ports, address_type=family))
     objs += [
-        endpoint_slice("c-1", "c", "c1", [{"addresses": ["10.7.0.1"], "hostname": "e1"}], mixed_ports[:2]),
-        service_import("noips", "ClusterSetIP", ports=mixed_ports[:3]),
-        service_import("noports", "ClusterSetIP", ["10.100.0.3"]),
-        service_import("unready", "Headless"),
-        endpoint_slice("unready-1", "unready", "c1", [{"addresses": ["10.8.0.1"], "conditions": {"ready": False}}], mixed_ports[:1]),
-        service_import("hidden", "ClusterSetIP", ["10.200.0.1"], mixed_ports[:1], ns="other"),
+        endpoint_slice("ns", "c-1", "c", "c1", [{"addresses": ["10.7.0.1"], "hostname": "e1"}], ports=mixed_ports[:2]),
+        service_import("ns", "noips", [], ports=mixed_ports[:3]),
+        service_import("ns", "noports", ["10.100.0.3"], ports=[]),
+        service_import("ns", "unready", [], headless=True, ports=[]),
+        endpoint_slice("ns", "unready-1", "unready", "c1", [{"addresses": ["10.8.0.1"], "conditions": {"ready": False}}], ports=mixed_ports[:1]),
+        service_import("other", "hidden", ["10.200.0.1"], ports=mixed_ports[:1]),
         # Built directly: port names and protocols in mixed case share a `_name._proto` name.
         ServiceImport("ns", "raw", True, (), ()),
         EndpointSlice("ns", "raw-1", "raw", "C1", (Address("10.51.0.1", False, "A1"), Address("fd00::51", True, "b")),
@@ -117,10 +91,10 @@ def test_headless_with_many_endpoints_and_named_ports():
     """200 endpoints in two clusters x 40 named ports (TCP/UDP/SCTP, numbers repeated): each `_name._proto`
     holds its own port's 200 targets, the service name all (target, port) pairs."""
     ports = [{"name": f"p{i}", "protocol": PROTOCOLS[i % 3], "port": 1000 + i % 7} for i in range(40)]
-    objs = [service_import("big", "Headless")]
+    objs = [service_import("ns", "big", [], headless=True, ports=[])]
     for c in ("c1", "c2"):
         endpoints = [{"addresses": [f"10.{1 if c == 'c1' else 2}.0.{i + 1}"], "hostname": f"h{i}"} for i in range(100)]
-        objs.append(endpoint_slice(f"big-{c}", "big", c, endpoints, ports))
+        objs.append(endpoint_slice("ns", f"big-{c}", "big", c, endpoints, ports=ports))
     table = make_table(*objs)
     resolver = Resolver(table)
     addresses = {f"10.{k}.0.{i + 1}" for k in (1, 2) for i in range(100)}
@@ -153,7 +127,7 @@ def test_headless_with_many_endpoints_and_named_ports():
 def test_clustersetip_with_a_thousand_named_ports():
     """1000 named ports, dual stack, numbers repeated across names and protocols (D16 at scale)."""
     ports = [{"name": f"p{i}", "protocol": PROTOCOLS[i % 3], "port": 1 + i % 250} for i in range(1000)]
-    table = make_table(service_import("wide", "ClusterSetIP", ["10.9.0.1", "fd00::9"], ports))
+    table = make_table(service_import("ns", "wide", ["10.9.0.1", "fd00::9"], ports=ports))
     resolver = Resolver(table)
     assert len(table.owned[("ns", "wide")]) == 3 * 1001  # A, AAAA and SRV for the service and each port name
     for i in (0, 1, 2, 249, 250, 998, 999):

@@ -29,7 +29,7 @@ import shlex
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,9 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from testbed import ApiError, Process, Testbed
-from testbed import testbin_cache as _testbin_cache
+from testsupport.serverproc import eventually
+from testsupport.testbed import ApiError, Process, Testbed
+from testsupport.testbed import testbin_cache as _testbin_cache
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -96,22 +97,6 @@ def parse_serve(flags: list[str]) -> Any:
 def split_hostport(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host.strip("[]"), int(port)
-
-
-def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ApiError as err:  # e.g. 404/429 right after a CRD install
-            last = err
-        if last and not isinstance(last, ApiError):
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
 
 
 # --------------------------------------------------------------------------- static checks (no cluster)
@@ -205,7 +190,7 @@ def read_back(testbed: Testbed, obj: dict) -> dict:
     prefix = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
     plural = {"ServiceMonitor": "servicemonitors"}.get(kind)
     if plural is None:
-        from testbed import resource_for
+        from testsupport.testbed import resource_for
 
         plural = resource_for(kind).plural
     ns = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
@@ -257,9 +242,9 @@ def install_servicemonitor_crd(testbed: Testbed) -> None:
     testbed.apply(SERVICEMONITOR_CRD)
     # Established, then discovery (kubectl maps the kind through it), then listable.
     eventually(lambda: any(r["name"] == "servicemonitors" for r in testbed.api.request(
-        "GET", "/apis/monitoring.coreos.com/v1")["resources"]), 30, "ServiceMonitor in discovery")
+        "GET", "/apis/monitoring.coreos.com/v1")["resources"]), 30, what="ServiceMonitor in discovery", interval=0.1, ignore=(ApiError,))
     eventually(lambda: testbed.api.request("GET", "/apis/monitoring.coreos.com/v1/servicemonitors",
-                                           query={"limit": 1}) is not None, 30, "ServiceMonitor listable")
+                                           query={"limit": 1}) is not None, 30, what="ServiceMonitor listable", interval=0.1, ignore=(ApiError,))
 
 
 @pytest.fixture(scope="module")
@@ -327,7 +312,7 @@ def test_service_account_may_read_and_nothing_else(testbed: Testbed, base: dict)
     groups = ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"]
     allowed = [(g, r, v) for (g, r), verbs in EXPECTED_RULES.items() for v in sorted(verbs)]
     # The binding reaches the authorizer through an informer: wait for the first grant.
-    eventually(lambda: access(testbed, user, groups, *allowed[0]), 15, "RBAC grant visible")
+    eventually(lambda: access(testbed, user, groups, *allowed[0]), 15, what="RBAC grant visible", interval=0.1, ignore=(ApiError,))
     for g, r, v in allowed:
         assert access(testbed, user, groups, g, r, v), (g, r, v)
     denied = [(g, r, v) for (g, r) in EXPECTED_RULES for v in ("get", "create", "update", "patch", "delete")]
@@ -547,7 +532,7 @@ def user_bound_to_deploy_role(testbed: Testbed, base: dict) -> Iterator[Path]:
     })
     client = testbed.client_for(kubeconfig)
     eventually(lambda: client.request("GET", "/apis/discovery.k8s.io/v1/endpointslices", query={"limit": 1}),
-               15, "the binding reaching the authorizer")
+               15, what="the binding reaching the authorizer", interval=0.1, ignore=(ApiError,))
     yield kubeconfig
     testbed.delete(RBAC, "ClusterRoleBinding", None, binding)
 
@@ -557,7 +542,7 @@ def test_server_runs_as_deployed_with_the_cluster_role(
     testbed: Testbed, base: dict, user_bound_to_deploy_role: Path, fresh_namespace: str, tmp_path: Path,
 ) -> None:
     from kube_server import McsDns, a, endpoint_slice, ensure_crd, fqdn, service_import
-    from serverproc import free_port
+    from testsupport.serverproc import free_port
 
     coredns_bin = cached_binary("coredns")
     ensure_crd(testbed)
@@ -621,7 +606,7 @@ def test_server_runs_as_deployed_with_the_cluster_role(
                     assert coredns.running(), coredns.tail()
                     return False
 
-            eventually(coredns_answers, 15, "CoreDNS answering through the stub zone")
+            eventually(coredns_answers, 15, what="CoreDNS answering through the stub zone", interval=0.1, ignore=(ApiError,))
             # CoreDNS stub zone -> mcsdns, over UDP and (the large headless answer) TCP.
             rcode, ips, ttls = answers(via(stub_port, fqdn("web", ns)))
             assert (rcode, ips) == (0, ["10.9.0.1"]) and all(t <= 5 for t in ttls)

@@ -20,10 +20,11 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import MAIN, Z
+from testsupport.cases import MAIN, Z
 from inspection import assert_explain_agrees, explain, get_json, imports
-from serverproc import FIXTURES, ROOT, Server, eventually, headless_service
-from testbed import free_port
+from testsupport.objects import headless_service, service_import
+from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
+from testsupport.testbed import free_port
 
 MCS = "multicluster.x-k8s.io/v1beta1"
 
@@ -94,9 +95,8 @@ def _write(path, objects):
 
 
 def _import(ns, name, ips, ports=(("http", "TCP", 80),), spec_type="ClusterSetIP"):
-    return {"apiVersion": MCS, "kind": "ServiceImport", "metadata": {"name": name, "namespace": ns},
-            "spec": {"type": spec_type, "ips": list(ips),
-                     "ports": [{"name": n, "protocol": p, "port": port} for n, p, port in ports]}}  # fmt: skip
+    return service_import(ns, name, list(ips), headless=spec_type == "Headless",
+                          ports=[{"name": n, "protocol": p, "port": port} for n, p, port in ports])
 
 
 def test_imports_follow_adds_updates_and_deletes(tmp_path):

@@ -16,9 +16,10 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import MAIN, Z, check, section_lines
+from testsupport.cases import MAIN, Z, check, section_lines
 from inspection import explain
-from serverproc import FIXTURES, Server, eventually, headless_service
+from testsupport.objects import headless_service
+from testsupport.serverproc import FIXTURES, Server, eventually
 
 BROWSE = f"b._dns-sd._udp.{Z}"
 

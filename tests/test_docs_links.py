@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serverproc import ROOT
+from testsupport.serverproc import ROOT
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "deploy").rglob("*.md")])
 LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")

@@ -21,7 +21,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from serverproc import ROOT, eventually, free_port
+from testsupport.serverproc import ROOT, eventually, free_port
 from upstreams import Fake, Knot, Mcsdns, dead_port
 
 from mcsdns.config import Config

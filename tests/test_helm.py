@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 import yaml
 
-from serverproc import ROOT, Server
+from testsupport.serverproc import ROOT, Server, eventually
 from test_deploy import (  # noqa: F401  (kubectl is a fixture)
-    BASE, EXPECTED_RULES, PRODUCTION, Kubectl, assert_no_warnings, cached_binary, eventually, install_servicemonitor_crd,
+    BASE, EXPECTED_RULES, PRODUCTION, Kubectl, assert_no_warnings, cached_binary, install_servicemonitor_crd,
     kubectl, parse_flags,
 )
-from testbed import Testbed
+from testsupport.testbed import ApiError, Testbed
 
 CHART = ROOT / "deploy" / "helm" / "mcsdns"
 RULES_FILE = ROOT / "deploy" / "monitoring" / "mcsdns-alerts.yaml"
@@ -260,7 +260,8 @@ def test_rendered_chart_passes_server_side_dry_run(testbed: Testbed, kubectl: Ku
     install_servicemonitor_crd(testbed)
     testbed.apply(PROMETHEUSRULE_CRD)
     eventually(lambda: any(r["name"] == "prometheusrules" for r in testbed.api.request(
-        "GET", "/apis/monitoring.coreos.com/v1")["resources"]), 30, "PrometheusRule in discovery")
+        "GET", "/apis/monitoring.coreos.com/v1")["resources"]), 30, what="PrometheusRule in discovery", interval=0.1,
+        ignore=(ApiError,))
     namespace = "mcsdns-helm"
     testbed.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": {
         "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/warn": "restricted"}}})

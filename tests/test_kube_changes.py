@@ -18,7 +18,7 @@ from kube_server import (
     fqdn,
     service_import,
 )
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
 

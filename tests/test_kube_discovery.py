@@ -10,12 +10,12 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import MAIN, Z
+from testsupport.cases import MAIN, Z
 from compat.harness import load, unload
 from inspection import assert_explain_agrees, explain, imports
 from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
-from serverproc import FIXTURES
-from testbed import Testbed
+from testsupport.serverproc import FIXTURES
+from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kube_server import NXDOMAIN, McsDns, a, endpoint_slice, ensure_crd, fqdn, service_import
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
 

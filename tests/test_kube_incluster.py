@@ -46,9 +46,9 @@ from pathlib import Path
 import pytest
 
 from kube_server import McsDns, a, ensure_crd, eventually, fqdn, service_import
-from serverproc import ROOT, Server
+from testsupport.serverproc import ROOT, Server, mcsdns_command
 from test_deploy import DEPLOY, NAME, NAMESPACE, Kubectl, cached_binary
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # kubernetes.config.incluster_config
 RUN = os.path.realpath("/var/run")  # /run on Debian: the tmpfs goes over the link's target
@@ -247,9 +247,7 @@ class PodServer(McsDns):
         cmd = [
             "unshare", "--mount", "--propagation", "private",
             "sh", "-c", POD_MOUNTS, "pod-mounts", RUN, str(self.volume.path), SERVICE_ACCOUNT_DIR,
-            sys.executable, "-m", "mcsdns", "serve",
-            "--listen", f"127.0.0.1:{self.dns_port}", "--http-listen", f"127.0.0.1:{self.http_port}",
-            "--lameduck", "0", "--upstream", "none", *self.args,
+            *mcsdns_command(self.dns_port, self.http_port, self.args),
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env.update(PYTHONUNBUFFERED="1", TMPFS_NAME=TMPFS_NAME,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kube_server import MCS, NODATA, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
 

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from kube_server import CLUSTER_ROLE_RULES, ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
-from serverproc import FIXTURES, ROOT
-from testbed import ApiError, Testbed
+from testsupport.serverproc import FIXTURES, ROOT
+from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kube_server import MCS, NXDOMAIN, McsDns, a, ensure_crd, fqdn, service_import
-from testbed import ApiError, Testbed
+from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
 

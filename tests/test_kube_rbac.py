@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kube_server import CLUSTER_ROLE_RULES, McsDns, a, ensure_crd, eventually, fqdn, service_import
-from testbed import ApiError, Testbed
+from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from kube_server import MCS, NXDOMAIN, McsDns, a, ensure_crd, fqdn, service_import
-from testbed import Testbed
+from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
 

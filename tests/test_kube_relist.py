@@ -28,17 +28,16 @@ from mcsdns.resolve import Resolver
 from mcsdns.sources.kube import KubeSource
 from mcsdns.sources.watching import PAGE_SIZE, Listed, ListedPage, Problem, Upserted
 from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
-from testbed import Testbed
+from mcsdns.table import Table
+from testsupport.inprocess import build_table
+from testsupport.testbed import Testbed
 
 Z = "clusterset.local"
 
 
 def pipeline() -> tuple[KubeSource, Store, Table, Resolver]:
-    store = Store()
-    table = Table(TableConfig((Z,), 5, None, ("127.0.0.1",)), store)
-    store.listener = table.on_change
-    return KubeSource(Config(), store, Metrics(CollectorRegistry())), store, table, Resolver(table)
+    table = build_table(zones=(Z,))
+    return KubeSource(Config(), table.store, Metrics(CollectorRegistry())), table.store, table, Resolver(table)
 
 
 def imp(name: str, ip: str) -> ServiceImport:

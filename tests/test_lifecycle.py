@@ -23,7 +23,7 @@ import dns.query
 import dns.rcode
 import dns.rrset
 
-from serverproc import ROOT, eventually
+from testsupport.serverproc import ROOT, eventually
 from upstreams import Fake, Mcsdns
 
 from mcsdns.querylog import QueryLog, RateLimitedLog, format_line

@@ -22,12 +22,11 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from cases import MAIN, Z
+from testsupport.cases import MAIN, Z
 from mcsdns.resolve import Resolver, RoundRobinResolver
-from mcsdns.sources.manifests import ManifestSource
-from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
-from serverproc import FIXTURES, ROOT, Server, ask, exchange, headless_service, order
+from testsupport.inprocess import build_table
+from testsupport.objects import headless_service
+from testsupport.serverproc import FIXTURES, ROOT, Server, ask, exchange, order
 
 POOL_V4 = [f"10.30.0.{i}" for i in range(1, 6)]
 POOL_V6 = ["fd00:30::1", "fd00:30::2", "fd00:30::3"]
@@ -157,10 +156,7 @@ def test_help_explains_the_flag():
 
 
 def build(paths: list[Path]) -> tuple[Resolver, RoundRobinResolver]:
-    store = Store()
-    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1", "127.0.0.2")), store)
-    store.listener = table.on_change
-    ManifestSource(paths, store).load()
+    table = build_table(paths, ns_addresses=("127.0.0.1", "127.0.0.2"))
     return Resolver(table), RoundRobinResolver(table)
 
 

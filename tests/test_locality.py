@@ -19,9 +19,10 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from cases import Z
-from serverproc import Server, ask, eventually, exchange, order
-from serverproc import record_sets as unordered
+from testsupport.cases import Z
+from testsupport.objects import endpoint, endpoint_slice, service_import
+from testsupport.serverproc import Server, ask, eventually, exchange, order
+from testsupport.serverproc import record_sets as unordered
 
 NS = "loc"
 HTTP = [{"name": "http", "protocol": "TCP", "port": 80}]
@@ -44,23 +45,14 @@ CLUSTERS = {
 
 
 def slice_doc(service: str, cluster: str | None, endpoints: list[tuple[str, str, bool]], family: str) -> dict:
-    labels = {"multicluster.kubernetes.io/service-name": service}
-    if cluster is not None:
-        labels["multicluster.kubernetes.io/source-cluster"] = cluster
     v6 = family == "IPv6"
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": family,
-            "metadata": {"name": f"{service}-{cluster or 'x'}-{family.lower()}", "namespace": NS, "labels": labels},
-            "endpoints": [{"addresses": [ip], "hostname": host, "conditions": {"ready": ready}}
-                          for ip, host, ready in endpoints if (":" in ip) == v6],
-            "ports": HTTP}  # fmt: skip
+    return endpoint_slice(NS, f"{service}-{cluster or 'x'}-{family.lower()}", service, cluster,
+                          [endpoint([ip], host, ready) for ip, host, ready in endpoints if (":" in ip) == v6],
+                          address_type=family, ports=HTTP)
 
 
 def import_doc(name: str, headless: bool, ips: list[str] | None = None) -> dict:
-    spec: dict = {"type": "Headless" if headless else "ClusterSetIP", "ports": HTTP}
-    if ips:
-        spec["ips"] = ips
-    return {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+    return service_import(NS, name, ips or None, headless=headless, ports=HTTP)
 
 
 def cluster_property(value: str) -> dict:
@@ -295,7 +287,7 @@ def test_bad_local_cluster_exits_2_naming_the_flag(value):
     import subprocess
     import sys
 
-    from serverproc import ROOT
+    from testsupport.serverproc import ROOT
 
     proc = subprocess.run([sys.executable, "-m", "mcsdns", "serve", f"--local-cluster={value}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)

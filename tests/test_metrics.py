@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from serverproc import ROOT
+from testsupport.serverproc import ROOT
 from upstreams import Knot, Mcsdns
 
 from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SIZE_BUCKETS, Metrics, Views

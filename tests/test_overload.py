@@ -27,11 +27,10 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import MAIN, Z, check, make_query
-from serverproc import FIXTURES, ROOT, Server, headless_service
+from testsupport.cases import MAIN, Z, check, make_query
+from testsupport.objects import headless_service
+from testsupport.serverproc import FIXTURES, ROOT, Server
 from upstreams import Fake, Mcsdns
-
-SOAK = ROOT / "tools" / "soak.py"
 
 
 @pytest.fixture(scope="module")
@@ -388,9 +387,9 @@ def test_udp_flood(manifests):
         requests_before = metric(s, "coredns_dns_requests_total")
         health: list[float] = []
         with Prober(s.addr) as prober:
-            flood = subprocess.Popen([sys.executable, str(SOAK), "flood", f"127.0.0.1:{s.dns_port}", "--seconds", "3",
+            flood = subprocess.Popen([sys.executable, "-m", "benchmarks.soak", "flood", f"127.0.0.1:{s.dns_port}", "--seconds", "3",
                                       "--processes", "1", "--rate", str(round(target)), "--cpu", str(LOAD_CPU)],
-                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+                                     cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
             while flood.poll() is None:
                 started = time.monotonic()
                 status, _ = s.http("/health")

@@ -18,12 +18,12 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import section_lines
+from testsupport.cases import section_lines
 from mcsdns.objects import InvalidObject, Port, convert
 from mcsdns.resolve import Resolver
 from mcsdns.sources.manifests import ManifestSource
 from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
+from testsupport.inprocess import build_resolver
 
 Z = "clusterset.local."
 MCS = "multicluster.x-k8s.io/v1beta1"
@@ -50,12 +50,8 @@ OBJECTS = [
 def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Resolver, list[str]]:
     path = Path(tmp_path_factory.mktemp("partial")) / "objects.yaml"
     path.write_text(yaml.safe_dump_all(OBJECTS))
-    store = Store()
-    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1",)), store)
-    store.listener = table.on_change
     counted: list[str] = []
-    ManifestSource([path], store, on_error=counted.append).load()
-    return Resolver(table), counted
+    return build_resolver([path], on_error=counted.append), counted
 
 
 def ask(resolver: Resolver, name: str, qtype: str) -> dns.message.Message:

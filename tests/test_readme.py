@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from serverproc import ROOT, Server
+from testsupport.serverproc import ROOT, Server
 
 
 def walkthrough(title: str = "## A dig walk-through") -> list[tuple[str, list[str]]]:

@@ -16,7 +16,7 @@ import dns.message
 import dns.rcode
 import pytest
 
-from cases import MAIN
+from testsupport.cases import MAIN
 from mcsdns import compile as zone
 from mcsdns.objects import InvalidObject, convert
 from mcsdns.resolve import Resolver

@@ -20,9 +20,10 @@ import dns.reversename
 import pytest
 import yaml
 
-from cases import Z
+from testsupport.cases import Z
+from testsupport.objects import endpoint_slice, namespace, service_import
 from mcsdns import reverse
-from serverproc import FIXTURES, ROOT, eventually
+from testsupport.serverproc import FIXTURES, ROOT, eventually
 from upstreams import Fake, Mcsdns
 
 NS = "rev"
@@ -69,21 +70,13 @@ def test_bad_cidrs_exit_2_naming_flag_and_value(cidrs, why):
 
 def documents(db_1_ready: bool = False) -> list[dict]:
     def imp(name: str, headless: bool, ips: list[str] | None = None) -> dict:
-        spec: dict = {"type": "Headless" if headless else "ClusterSetIP", "ports": HTTP}
-        if ips:
-            spec["ips"] = ips
-        return {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-                "metadata": {"name": name, "namespace": NS}, "spec": spec}
+        return service_import(NS, name, ips or None, headless=headless, ports=HTTP)
 
     def sl(name: str, service: str, cluster: str | None, family: str, endpoints: list[dict]) -> dict:
-        labels = {"multicluster.kubernetes.io/service-name": service}
-        if cluster:
-            labels["multicluster.kubernetes.io/source-cluster"] = cluster
-        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": family,
-                "metadata": {"name": name, "namespace": NS, "labels": labels}, "endpoints": endpoints, "ports": HTTP}
+        return endpoint_slice(NS, name, service, cluster or None, endpoints, address_type=family, ports=HTTP)
 
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        namespace(NS),
         imp("vip", False, ["10.50.0.10", "fd00:50::10"]),
         imp("outside", False, ["192.168.77.7"]),
         imp("db", True),
@@ -224,7 +217,7 @@ def test_without_the_flag_reverse_names_are_forwarded(manifests, upstream):
 
 
 def test_mutated_packets_with_both_flags_on(tmp_path):
-    """tests/test_fuzz.py's mutator and invariants on a resolver with --local-cluster, --reverse-cidr and
+    """testsupport/fuzz.py's mutator and invariants on a resolver with --local-cluster, --reverse-cidr and
     round robin: nothing raises, every reply parses and carries the query's ID, UDP without EDNS fits 512."""
     import random
 
@@ -232,18 +225,14 @@ def test_mutated_packets_with_both_flags_on(tmp_path):
 
     from mcsdns.metrics import Metrics
     from mcsdns.resolve import Resolver, RoundRobinResolver
-    from mcsdns.sources.manifests import ManifestSource
-    from mcsdns.store import Store
-    from mcsdns.table import Table, TableConfig
-    from test_fuzz import mutate, run_one, seed_queries
+    from testsupport.inprocess import build_table
+    from testsupport.fuzz import mutate, run_one, seed_queries
     from test_locality import documents as locality_documents
 
     path = tmp_path / "both.yaml"
     path.write_text(yaml.safe_dump_all(documents() + locality_documents()[1:]))
-    store = Store()
-    table = Table(TableConfig((Z.rstrip("."),), 5, None, ("127.0.0.1",), "west", CIDRS + ("10.40.0.0/16",)), store)
-    store.listener = table.on_change
-    ManifestSource([FIXTURES / "contract.yaml", path], store).load()
+    table = build_table([FIXTURES / "contract.yaml", path], zones=(Z.rstrip("."),), local_cluster="west",
+                        reverse_cidrs=CIDRS + ("10.40.0.0/16",))
     resolvers = (RoundRobinResolver(table), Resolver(table, forwarding=True))
     names = [dns.reversename.from_address(ip).to_text() for ip in ("10.50.1.1", "10.50.1.2", "fd00:50::10", "10.40.1.1")]
     names += [f"two.loc.svc.{Z}", f"_http._tcp.three.loc.svc.{Z}", "0.0.0.0.0.0.0.0.0.5.0.0.0.0.d.f.ip6.arpa.",
@@ -282,7 +271,7 @@ def example_blocks(dns_port: int, mcsdns: str) -> str:
 
 def test_the_example_stub_zones_reach_mcsdns_through_coredns(testbin, tmp_path, upstream):
     from compat.coredns import find_coredns
-    from testbed import Process, free_port
+    from testsupport.testbed import Process, free_port
 
     objects = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},

@@ -21,8 +21,9 @@ import dns.rcode
 import pytest
 import yaml
 
-from cases import MAIN, Z, check, make_query
-from serverproc import FIXTURES, ROOT, Server, headless_service
+from testsupport.cases import MAIN, Z, check, make_query
+from testsupport.objects import headless_service
+from testsupport.serverproc import FIXTURES, ROOT, Server
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The soak checker (tools/soak.py), short: 20 s of steady queries while the state changes every 100 ms.
+"""The soak checker (benchmarks/soak.py), short: 20 s of steady queries while the state changes every 100 ms.
 
 The checker starts mcsdns on a manifests directory it rewrites itself, so it
 knows the state at every moment; every answer is checked against the state
@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 
-from serverproc import ROOT
+from testsupport.serverproc import ROOT
 
 DURATION = 20
 
@@ -28,7 +28,7 @@ DURATION = 20
 def test_soak_short(tmp_path):
     out = tmp_path / "soak-manifests.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "soak.py"), "soak", "--duration", str(DURATION), "--rate-fraction", "0.3",
+        [sys.executable, "-m", "benchmarks.soak", "soak", "--duration", str(DURATION), "--rate-fraction", "0.3",
          "--max-rate", "5000", "--measure-seconds", "2", "--search-steps", "1", "--step-seconds", "3", "--save", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=DURATION + 180,
     )  # fmt: skip
@@ -36,7 +36,7 @@ def test_soak_short(tmp_path):
     stored = json.loads(out.read_text())  # what --save stores under benchmarks/results/ for the README's figures
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", stored["date"]) and re.fullmatch(r"[0-9a-f]{7,}(\+dirty)?", stored["commit"])
     assert stored["machine"]["cpus"] >= 1 and stored["machine"]["cpu_model"] and "loadavg_at_start" in stored["machine"]
-    assert stored["command"].startswith("python tools/soak.py soak --duration 20 ")
+    assert stored["command"].startswith("python -m benchmarks.soak soak --duration 20 ")
     report = stored["report"]
     assert report["closed_loop"]["qps"] > 0 and report["closed_loop"]["wrong"] == 0, report["closed_loop"]
     search = report["search"]

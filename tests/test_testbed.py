@@ -2,45 +2,22 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testbed import ApiError, KubeClient, Testbed, find_testbin
-
-MCS = "multicluster.x-k8s.io"
-ES_API = "discovery.k8s.io/v1"
-
-
-def endpoint_slice(namespace: str, name: str, labels: dict[str, str], ip: str = "10.1.0.1") -> dict:
-    return {
-        "apiVersion": ES_API,
-        "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": True}}],
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-    }
+from testsupport.objects import ES_API, MCS, endpoint_slice, service_import
+from testsupport.serverproc import eventually
+from testsupport.testbed import ApiError, KubeClient, Testbed, find_testbin
 
 
-def service_import(namespace: str, name: str, api_version: str) -> dict:
-    return {
-        "apiVersion": api_version,
-        "kind": "ServiceImport",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"type": "ClusterSetIP", "ports": [{"port": 80, "protocol": "TCP"}]},
-    }
 
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    """RBAC and discovery are informer-driven: changes take effect after a moment."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.1)
+def labelled_slice(namespace: str, name: str, labels: dict[str, str], ip: str = "10.1.0.1") -> dict:
+    """The shared EndpointSlice with exactly `labels` (these tests select and patch by label)."""
+    obj = endpoint_slice(namespace, name, service="", cluster=None, endpoints=[(ip, True)])
+    obj["metadata"]["labels"] = labels
+    return obj
 
 
 @pytest.fixture
@@ -76,14 +53,14 @@ def test_crd_v050_serves_v1beta1_and_v1alpha1(crd_v050: Testbed, fresh_namespace
     assert group["preferredVersion"]["version"] == "v1beta1"
 
     # Same object through both versions (identical schemas, no conversion webhook).
-    crd_v050.create(service_import(fresh_namespace, "web", f"{MCS}/v1alpha1"))
+    crd_v050.create(service_import(fresh_namespace, "web", api_version=f"{MCS}/v1alpha1"))
     got = crd_v050.get(f"{MCS}/v1beta1", "ServiceImport", fresh_namespace, "web")
     assert got["spec"]["type"] == "ClusterSetIP"
 
 
 def test_crd_v041_serves_only_v1alpha1(crd_v050: Testbed, fresh_namespace: str) -> None:
     # A v1beta1-stored object forces the remove-and-recreate path of install_crd.
-    crd_v050.create(service_import(fresh_namespace, "web", f"{MCS}/v1beta1"))
+    crd_v050.create(service_import(fresh_namespace, "web", api_version=f"{MCS}/v1beta1"))
     try:
         crd_v050.install_crd("v0.4.1")
         group = crd_v050.api.request("GET", f"/apis/{MCS}")
@@ -102,14 +79,14 @@ def test_endpointslice_create_get_and_select(testbed: Testbed, fresh_namespace: 
         "multicluster.kubernetes.io/service-name": "web",
         "multicluster.kubernetes.io/source-cluster": "east",
     }
-    created = testbed.create(endpoint_slice(fresh_namespace, "web-east", labels))
+    created = testbed.create(labelled_slice(fresh_namespace, "web-east", labels))
     assert created["metadata"]["resourceVersion"]
 
     got = testbed.get(ES_API, "EndpointSlice", fresh_namespace, "web-east")
     assert got["metadata"]["labels"] == labels
     assert got["endpoints"][0]["addresses"] == ["10.1.0.1"]
 
-    testbed.apply(endpoint_slice(fresh_namespace, "other", {"app": "x"}, ip="10.1.0.2"))
+    testbed.apply(labelled_slice(fresh_namespace, "other", {"app": "x"}, ip="10.1.0.2"))
     selected = testbed.list(ES_API, "endpointslices", fresh_namespace,
                             labelSelector="multicluster.kubernetes.io/service-name=web")
     assert [i["metadata"]["name"] for i in selected["items"]] == ["web-east"]
@@ -127,7 +104,7 @@ def _first_watch_error(api: KubeClient, path: str, resource_version: str) -> dic
 
 
 def test_compact_etcd_expires_old_resource_versions(testbed: Testbed, fresh_namespace: str) -> None:
-    old = testbed.create(endpoint_slice(fresh_namespace, "a", {}))["metadata"]["resourceVersion"]
+    old = testbed.create(labelled_slice(fresh_namespace, "a", {}))["metadata"]["resourceVersion"]
     latest = testbed.patch(ES_API, "EndpointSlice", fresh_namespace, "a",
                            {"metadata": {"labels": {"v": "2"}}})["metadata"]["resourceVersion"]
 
@@ -148,7 +125,7 @@ def test_compaction_without_watch_cache_needs_no_restart(testbin: Path) -> None:
     """With --watch-cache=false watches go straight to etcd, so compaction alone expires them."""
     with Testbed(testbin, extra_apiserver_args=("--watch-cache=false",)) as bed:
         bed.create_namespace("ns")
-        latest = bed.create(endpoint_slice("ns", "a", {}))["metadata"]["resourceVersion"]
+        latest = bed.create(labelled_slice("ns", "a", {}))["metadata"]["resourceVersion"]
         bed.compact_etcd(restart_apiserver=False)
         path = "/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices"
         status = _first_watch_error(bed.api, path, latest)
@@ -157,7 +134,7 @@ def test_compaction_without_watch_cache_needs_no_restart(testbin: Path) -> None:
 
 
 def test_apiserver_restart_keeps_url_and_data(testbed: Testbed, fresh_namespace: str) -> None:
-    testbed.create(endpoint_slice(fresh_namespace, "a", {}))
+    testbed.create(labelled_slice(fresh_namespace, "a", {}))
     testbed.stop_apiserver()
     try:
         with pytest.raises(OSError):
@@ -200,10 +177,10 @@ def test_ordinary_user_needs_rbac_to_list_endpointslices(testbed: Testbed, fresh
                     raise
                 return False
 
-        eventually(can_list)
+        eventually(can_list, timeout=10.0, interval=0.1, what="RBAC and discovery are informer-driven: the new binding takes effect")
         assert list(user.watch(path, timeout=1, query={"labelSelector": "none=none"})) == []
         with pytest.raises(ApiError) as err:
-            user.create(endpoint_slice(fresh_namespace, "nope", {}))
+            user.create(labelled_slice(fresh_namespace, "nope", {}))
         assert err.value.status == 403
     finally:
         testbed.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, role)

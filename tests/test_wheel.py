@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from serverproc import ROOT, Server
+from testsupport.serverproc import ROOT, Server
 
 
 def run(*cmd: str | Path, cwd: Path, timeout: float = 600) -> str:

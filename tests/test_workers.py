@@ -22,9 +22,9 @@ import urllib.request
 import dns.message
 import pytest
 
-from cases import MAIN, check, make_query
-from serverproc import FIXTURES, Server, eventually
-from testbed import free_port
+from testsupport.cases import MAIN, check, make_query
+from testsupport.serverproc import FIXTURES, Server, eventually
+from testsupport.testbed import free_port
 
 WORKERS = 3
 

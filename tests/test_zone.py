@@ -9,22 +9,18 @@ import dns.message
 import dns.rcode
 import pytest
 
-from cases import MAIN, Z, check, make_query
+from testsupport.cases import MAIN, Z, check, make_query
 from mcsdns import compile as zone
 from mcsdns.objects import convert
 from mcsdns.resolve import Resolver
-from mcsdns.sources.manifests import ManifestSource
 from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
-from serverproc import FIXTURES
+from testsupport.inprocess import build_resolver, build_table
+from testsupport.objects import MCS, endpoint_slice, namespace, service_import
+from testsupport.serverproc import FIXTURES
 
 
 def build(paths=None, namespaces=frozenset({"testns"}), ttl=5, zones=("clusterset.local",)) -> Resolver:
-    store = Store()
-    table = Table(TableConfig(zones, ttl, namespaces, ("127.0.0.1",)), store)
-    store.listener = table.on_change
-    ManifestSource(paths or [FIXTURES / "contract.yaml"], store).load()
-    return Resolver(table)
+    return build_resolver(paths or [FIXTURES / "contract.yaml"], namespaces=namespaces, ttl=ttl, zones=zones)
 
 
 @pytest.fixture(scope="module")
@@ -120,16 +116,8 @@ def test_out_of_zone_refused_without_upstream(resolver):
 
 
 def test_not_synced_turns_nxdomain_into_servfail():
-    store = Store()
-    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1",)), store)
-    store.listener = table.on_change
-    for obj in (
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "testns"}},
-        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-         "metadata": {"name": "svc1", "namespace": "testns"},
-         "spec": {"type": "ClusterSetIP", "ips": ["10.0.0.1"], "ports": [{"port": 80, "protocol": "TCP"}]}},
-    ):  # fmt: skip
-        store.apply(convert(obj))
+    table = build_table(objects=[namespace("testns"), service_import("testns", "svc1", ["10.0.0.1"])])
+    store = table.store
     store.mark_synced("Namespace")  # ServiceImport and EndpointSlice lists not done yet
     resolver = Resolver(table)
     reply = ask(resolver, dns.message.make_query("svc0.testns.svc." + Z, "A"))
@@ -180,7 +168,7 @@ class View:
     def __init__(self, *raw: dict, namespaces=("ns",)) -> None:
         self.store = Store()
         for ns in namespaces:
-            self.store.apply(convert({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            self.store.apply(convert(namespace(ns)))
         for obj in raw:
             self.store.apply(convert(obj))
 
@@ -193,16 +181,11 @@ class View:
 
 
 def si(name, type_="ClusterSetIP", ips=(), ports=({"name": "http", "protocol": "TCP", "port": 80},)):
-    return {"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
-            "metadata": {"name": name, "namespace": "ns"}, "spec": {"type": type_, "ips": list(ips), "ports": list(ports)}}  # fmt: skip
+    return service_import("ns", name, list(ips), headless=type_ == "Headless", ports=list(ports), api_version=f"{MCS}/v1alpha1")
 
 
 def eps(name, svc, cluster, endpoints, ports=({"name": "http", "protocol": "TCP", "port": 80},)):
-    labels = {"multicluster.kubernetes.io/service-name": svc}
-    if cluster:
-        labels["multicluster.kubernetes.io/source-cluster"] = cluster
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-            "metadata": {"name": name, "namespace": "ns", "labels": labels}, "endpoints": endpoints, "ports": list(ports)}  # fmt: skip
+    return endpoint_slice("ns", name, svc, cluster or None, endpoints, ports=list(ports))
 
 
 def answer(view, name: str, qtype: int) -> zone.Answer:

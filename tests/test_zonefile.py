@@ -22,7 +22,7 @@ import dns.zone
 import pytest
 import yaml
 
-from serverproc import FIXTURES, ROOT, Server
+from testsupport.serverproc import FIXTURES, ROOT, Server
 from upstreams import Knot
 
 ZONE = "clusterset.local."

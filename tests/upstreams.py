@@ -28,7 +28,7 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from serverproc import Server, free_port
+from testsupport.serverproc import Server, free_port
 
 EXAMPLE_ZONE = """\
 $ORIGIN example.test.

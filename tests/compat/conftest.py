@@ -21,8 +21,8 @@ from typing import Iterator
 import pytest
 
 import mcsdns
-from serverproc import FIXTURES
-from testbed import Testbed
+from testsupport.serverproc import FIXTURES
+from testsupport.testbed import Testbed
 
 from . import compare
 from .compare import TALLY

@@ -17,13 +17,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serverproc import free_port
+from testsupport.serverproc import free_port
 
 import dns.exception
 import dns.message
 import dns.query
 
-from testbed import Process, testbin_cache
+from testsupport.testbed import Process, testbin_cache
 
 ZONE = "clusterset.local"
 

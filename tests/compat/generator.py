@@ -26,11 +26,9 @@ from typing import Any, Iterable
 
 import yaml
 
-from .dnsclient import TCP, UDP, UDP_EDNS, Ask
+from testsupport.objects import MCS, SERVICE_NAME, SOURCE_CLUSTER, endpoint, endpoint_slice, namespace, service_import
 
-MCS = "multicluster.x-k8s.io"
-SERVICE_NAME = "multicluster.kubernetes.io/service-name"
-SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
+from .dnsclient import TCP, UDP, UDP_EDNS, Ask
 ZONE = "clusterset.local"
 
 QTYPES = ("A", "AAAA", "SRV", "TXT", "SOA", "NS", "ANY", "CNAME", "MX", "PTR", "HTTPS")
@@ -86,46 +84,6 @@ def load_manifests(path: Path, name: str) -> Dataset:
 
 
 # --------------------------------------------------------------------------- objects
-
-
-def namespace(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-
-
-def service_import(ns: str, name: str, kind: str, ips: list[str] | None, ports: list[dict],
-                   families: list[str] | None = None, version: str = "v1beta1") -> dict:
-    spec: dict[str, Any] = {"type": kind, "ports": ports}
-    if ips is not None:
-        spec["ips"] = ips
-    if families:
-        spec["ipFamilies"] = families
-    return {"apiVersion": f"{MCS}/{version}", "kind": "ServiceImport",
-            "metadata": {"name": name, "namespace": ns}, "spec": spec}
-
-
-def endpoint_slice(ns: str, name: str, service: str, cluster: str | None, address_type: str,
-                   endpoints: list[dict], ports: list[dict] | None) -> dict:
-    labels = {SERVICE_NAME: service}
-    if cluster is not None:
-        labels[SOURCE_CLUSTER] = cluster
-    obj: dict[str, Any] = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                           "metadata": {"name": name, "namespace": ns, "labels": labels},
-                           "addressType": address_type, "endpoints": endpoints}
-    if ports is not None:
-        obj["ports"] = ports
-    return obj
-
-
-def endpoint(addresses: list[str], hostname: str | None = None, ready: bool | None = True,
-             serving: bool | None = None, terminating: bool | None = None) -> dict:
-    ep: dict[str, Any] = {"addresses": addresses}
-    conditions = {k: v for k, v in (("ready", ready), ("serving", serving), ("terminating", terminating))
-                  if v is not None}
-    if conditions:
-        ep["conditions"] = conditions
-    if hostname:
-        ep["hostname"] = hostname
-    return ep
 
 
 # --------------------------------------------------------------------------- the generator
@@ -246,77 +204,69 @@ def generate(seed: int, prefix: str = "cx") -> Dataset:
         for svc in rng.sample(SVC_WORDS, rng.randint(3, 6)):
             headless = rng.random() < 0.45
             if headless:
-                ds.objects.append(service_import(ns, svc, "Headless", None, _import_ports(rng),
-                                                 version=rng.choice(["v1alpha1", "v1beta1"])))
+                ds.objects.append(service_import(ns, svc, headless=True, ports=_import_ports(rng), api_version=f"{MCS}/" + rng.choice(["v1alpha1", "v1beta1"])))
                 clusters = rng.sample(CLUSTERS, rng.choice([0, 1, 2, 2, 3]))
             else:
                 families = rng.choice([[], ["IPv4"], ["IPv4"], ["IPv6"], ["IPv4", "IPv6"], ["IPv6", "IPv4"]])
                 ips = [addrs.vip_v4() if f == "IPv4" else addrs.vip_v6() for f in families]
-                ds.objects.append(service_import(ns, svc, "ClusterSetIP", ips if ips or rng.random() < 0.5 else None,
-                                                 _import_ports(rng), families,
-                                                 version=rng.choice(["v1alpha1", "v1beta1"])))
+                ds.objects.append(service_import(ns, svc, ips if ips or rng.random() < 0.5 else None, ports=_import_ports(rng), families=families, api_version=f"{MCS}/" + rng.choice(["v1alpha1", "v1beta1"])))
                 clusters = rng.sample(CLUSTERS, rng.choice([0, 0, 1, 2]))
             for cid in clusters:
                 families = rng.choice([["IPv4"], ["IPv4"], ["IPv6"], ["IPv4", "IPv6"]])
                 for fam in families:
                     v6 = fam == "IPv6"
                     name = f"{svc}-{cid.lower().replace('.', '-')}-{fam.lower()}"
-                    slices.append(endpoint_slice(ns, name, svc, cid, fam,
-                                                 _endpoints(rng, addrs, v6, rng.choice([0, 1, 2, 3, 4])),
-                                                 _slice_ports(rng)))
+                    endpoints = _endpoints(rng, addrs, v6, rng.choice([0, 1, 2, 3, 4]))
+                    ports = _slice_ports(rng)  # None: a slice without the field
+                    slices.append(endpoint_slice(ns, name, svc, cid, endpoints, address_type=fam, ports=ports,
+                                                 no_ports=ports is None))
     ns0 = namespaces[0]
     # Too big for 512 bytes (A) and for 4096 (SRV with glue): truncation.
-    ds.objects.append(service_import(ns0, "big", "Headless", None, []))
+    ds.objects.append(service_import(ns0, "big", headless=True, ports=[]))
     for cid in ("east", "west"):
         eps = [endpoint([addrs.endpoint_v4()], f"big-{i}" if i % 3 else None) for i in range(35)]
-        slices.append(endpoint_slice(ns0, f"big-{cid}", "big", cid, "IPv4", eps,
-                                     [{"name": "http", "port": 80, "protocol": "TCP"}]))
+        slices.append(endpoint_slice(ns0, f"big-{cid}", "big", cid, eps, ports=[{"name": "http", "port": 80, "protocol": "TCP"}]))
     # A slice whose import does not exist, and one whose import lives in another namespace.
-    slices.append(endpoint_slice(ns0, "ghost-east", "ghost", "east", "IPv4",
-                                 [endpoint([addrs.endpoint_v4()], "g")], None))
+    slices.append(endpoint_slice(ns0, "ghost-east", "ghost", "east", [endpoint([addrs.endpoint_v4()], "g")], no_ports=True))
     other_svc = next(o["metadata"]["name"] for o in ds.imports() if o["metadata"]["namespace"] == namespaces[1])
     if not any(o["metadata"]["name"] == other_svc for o in ds.imports() if o["metadata"]["namespace"] == ns0):
-        slices.append(endpoint_slice(ns0, f"{other_svc}-stray", other_svc, "east", "IPv4",
-                                     [endpoint([addrs.endpoint_v4()])], None))
+        slices.append(endpoint_slice(ns0, f"{other_svc}-stray", other_svc, "east", [endpoint([addrs.endpoint_v4()])], no_ports=True))
 
     # Spellings CoreDNS serves, as its handler_test writes them (decision 12: served alike).
     d = decisions
-    ds.objects.append(service_import(d, "plain", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "TCP"}]))
-    ds.objects.append(service_import(d, "lowproto", "ClusterSetIP", [addrs.vip_v4(), addrs.vip_v6()],
-                                     [{"name": "http", "port": 80, "protocol": "tcp"}, {"name": "dns", "port": 53, "protocol": "udp"},
+    ds.objects.append(service_import(d, "plain", [addrs.vip_v4()], ports=[{"name": "http", "port": 80, "protocol": "TCP"}]))
+    ds.objects.append(service_import(d, "lowproto", [addrs.vip_v4(), addrs.vip_v6()], ports=[{"name": "http", "port": 80, "protocol": "tcp"}, {"name": "dns", "port": 53, "protocol": "udp"},
                                       {"name": "Grpc", "port": 81, "protocol": "Sctp"}]))
-    ds.objects.append(service_import(d, "1st", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    ds.objects.append(service_import(d, "1st", [addrs.vip_v4()], ports=[{"name": "http", "port": 80, "protocol": "TCP"}]))
     # A valid object name that is no DNS label: refused by mcsdns; no name reaches it in CoreDNS either.
-    ds.objects.append(service_import(d, "two.labels", "ClusterSetIP", [addrs.vip_v4()], [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    ds.objects.append(service_import(d, "two.labels", [addrs.vip_v4()], ports=[{"name": "http", "port": 80, "protocol": "TCP"}]))
 
     # Deliberate differences (docs/compatibility.md), each on its own service with its twin.
     http = [{"name": "http", "port": 80, "protocol": "TCP"}]
     m0, m1, m2 = addrs.endpoint_v4(), addrs.endpoint_v4(), addrs.endpoint_v4()
     for svc, with_clusterless in (("mixed", True), ("mixed-twin", False)):
-        ds.objects.append(service_import(d, svc, "Headless", None, []))
-        slices.append(endpoint_slice(d, f"{svc}-east", svc, "east", "IPv4", [endpoint([m0], "m0")], http))
+        ds.objects.append(service_import(d, svc, headless=True, ports=[]))
+        slices.append(endpoint_slice(d, f"{svc}-east", svc, "east", [endpoint([m0], "m0")], ports=http))
         if with_clusterless:
-            slices.append(endpoint_slice(d, f"{svc}-nolabel", svc, None, "IPv4",
-                                         [endpoint([m1], "m1"), endpoint([m2])], http))
+            slices.append(endpoint_slice(d, f"{svc}-nolabel", svc, None, [endpoint([m1], "m1"), endpoint([m2])], ports=http))
     ds.tags[(d, "mixed")].add(CLUSTERLESS)
     ds.twins[(d, "mixed")] = "mixed-twin"
     vip = addrs.vip_v4()
-    ds.objects.append(service_import(d, "badip", "ClusterSetIP", ["not-an-ip"], http))
-    ds.objects.append(service_import(d, "badip-twin", "ClusterSetIP", [], http))
-    ds.objects.append(service_import(d, "badip2", "ClusterSetIP", [vip, "not-an-ip"], http))
-    ds.objects.append(service_import(d, "badip2-twin", "ClusterSetIP", [vip], http))
+    ds.objects.append(service_import(d, "badip", ["not-an-ip"], ports=http))
+    ds.objects.append(service_import(d, "badip-twin", [], ports=http))
+    ds.objects.append(service_import(d, "badip2", [vip, "not-an-ip"], ports=http))
+    ds.objects.append(service_import(d, "badip2-twin", [vip], ports=http))
     for svc in ("badip", "badip2"):
         ds.tags[(d, svc)].add(NON_IP_IMPORT_IP)
         ds.twins[(d, svc)] = f"{svc}-twin"
-    ds.objects.append(service_import(d, "icmp", "ClusterSetIP", [addrs.vip_v4()],
-                                     http + [{"name": "ping", "port": NON_SRV_PORT_NUMBER, "protocol": NON_SRV_PORT_PROTOCOL}]))
+    ds.objects.append(service_import(d, "icmp", [addrs.vip_v4()], ports=http + [{"name": "ping", "port": NON_SRV_PORT_NUMBER, "protocol": NON_SRV_PORT_PROTOCOL}]))
     ds.tags[(d, "icmp")].add(NON_SRV_PORT)
     f1 = addrs.endpoint_v4()
     for svc, with_fqdn in (("fqdn", True), ("fqdn-twin", False)):
-        ds.objects.append(service_import(d, svc, "Headless", None, []))
+        ds.objects.append(service_import(d, svc, headless=True, ports=[]))
         if with_fqdn:
-            slices.append(endpoint_slice(d, f"{svc}-east", svc, "east", "FQDN", [endpoint(["db.example.com"], "f0")], http))
-        slices.append(endpoint_slice(d, f"{svc}-east-v4", svc, "east", "IPv4", [endpoint([f1], "f1")], http))
+            slices.append(endpoint_slice(d, f"{svc}-east", svc, "east", [endpoint(["db.example.com"], "f0")], address_type="FQDN", ports=http))
+        slices.append(endpoint_slice(d, f"{svc}-east-v4", svc, "east", [endpoint([f1], "f1")], ports=http))
     ds.tags[(d, "fqdn")].add(NON_IP_ADDRESS)
     ds.twins[(d, "fqdn")] = "fqdn-twin"
 

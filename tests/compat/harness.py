@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from serverproc import Server
-from serverproc import eventually as _eventually
-from testbed import ApiError, Testbed
+from testsupport.serverproc import Server
+from testsupport.serverproc import eventually as _eventually
+from testsupport.testbed import ApiError, Testbed
 
 from . import compare
 from .coredns import CoreDNS

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ipaddress
 import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -41,8 +40,10 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
+from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
+from testsupport.serverproc import eventually as _eventually
+
 from .coredns import Block, CoreDNS
-from .generator import endpoint, endpoint_slice, namespace, service_import
 from .harness import McsDns, World
 
 pytestmark = pytest.mark.kube
@@ -83,8 +84,7 @@ def local_slice(ns: str, name: str, family: str, endpoints: list[dict]) -> dict:
 
 def mcs_copy(local: dict, name: str, cluster: str = CLUSTER) -> dict:
     """The MCS EndpointSlice an MCS controller derives from a local one."""
-    return endpoint_slice(local["metadata"]["namespace"], name, "hello", cluster, local["addressType"],
-                          local["endpoints"], local["ports"])
+    return endpoint_slice(local["metadata"]["namespace"], name, "hello", cluster, local["endpoints"], address_type=local["addressType"], ports=local["ports"])
 
 
 class Addresses:
@@ -137,12 +137,10 @@ def _export(world: World, ns: str, families: list[str], addrs: Addresses, ports:
     world.apply(namespace(ns))
     world.apply(local_service(ns, headless=False))
     ips = [addrs.vip(f, 1) for f in families]
-    world.apply(service_import(ns, "hello", "ClusterSetIP", ips, ports, families))
+    world.apply(service_import(ns, "hello", ips, ports=ports, families=families))
     for cluster, number in clusters.items():
         for family in families:
-            world.apply(endpoint_slice(ns, f"hello-{cluster}-{family.lower()}", "hello", cluster, family,
-                                       [endpoint([addrs.pod(family)])],
-                                       [{"name": "tcp" if number == 42 else "tcp2", "port": number, "protocol": "TCP"}]))
+            world.apply(endpoint_slice(ns, f"hello-{cluster}-{family.lower()}", "hello", cluster, [endpoint([addrs.pod(family)])], address_type=family, ports=[{"name": "tcp" if number == 42 else "tcp2", "port": number, "protocol": "TCP"}]))
     return Exported(ns, ips)
 
 
@@ -160,7 +158,7 @@ def build(world: World, name: str, families: list[str], domain: str, index: int,
     hl = ns_for("headless")
     world.apply(namespace(hl))
     world.apply(local_service(hl, headless=True))
-    world.apply(service_import(hl, "hello", "Headless", None, PORTS, families))
+    world.apply(service_import(hl, "hello", headless=True, ports=PORTS, families=families))
     locals_ = []
     for family in families:
         local = local_slice(hl, f"hello-{family.lower()}", family,
@@ -173,12 +171,10 @@ def build(world: World, name: str, families: list[str], domain: str, index: int,
     sts = ns_for("sts")
     world.apply(namespace(sts))
     world.apply(local_service(sts, headless=True))
-    world.apply(service_import(sts, "hello", "Headless", None, PORTS, families))
+    world.apply(service_import(sts, "hello", headless=True, ports=PORTS, families=families))
     sts_slices = []
     for family in families:
-        sl = endpoint_slice(sts, f"hello-{CLUSTER}-{family.lower()}", "hello", CLUSTER, family,
-                            [endpoint([addrs.pod(family)], "hello-ss-0"), endpoint([addrs.pod(family)], "hello-ss-1", ready=None)],
-                            PORTS)
+        sl = endpoint_slice(sts, f"hello-{CLUSTER}-{family.lower()}", "hello", CLUSTER, [endpoint([addrs.pod(family)], "hello-ss-0"), endpoint([addrs.pod(family)], "hello-ss-1", ready=None)], address_type=family, ports=PORTS)
         world.apply(sl)
         sts_slices.append(sl)
 
@@ -253,15 +249,15 @@ def addresses(port: int, name: str, rdtype: str) -> list[str]:
 
 
 def eventually(check, what: str):
-    """The suite's Eventually(..., 20s, 1s), polling faster."""
-    deadline = time.monotonic() + EVENTUALLY
-    while True:
-        ok, detail = check()
-        if ok:
-            return detail
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {EVENTUALLY:.0f}s; last: {detail}")
-        time.sleep(0.2)
+    """The suite's Eventually(..., 20s, 1s), polling faster; `check` returns (ok, detail), detail is returned."""
+    last: list = [None]
+
+    def ok() -> bool:
+        done, last[0] = check()
+        return done
+
+    _eventually(ok, EVENTUALLY, 0.2, what=lambda: f"{what} (last detail: {last[0]})")
+    return last[0]
 
 
 def rdtype_of(family: str) -> str:

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cases import MAIN, check, make_query
+from testsupport.cases import MAIN, check, make_query
+from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 
 from . import compare
 from .compare import Difference
@@ -29,12 +30,8 @@ from .generator import (
     QTYPES,
     ZONE,
     asks,
-    endpoint,
-    endpoint_slice,
     names,
-    namespace,
     random_case,
-    service_import,
 )
 
 pytestmark = pytest.mark.kube
@@ -86,7 +83,7 @@ def test_fast_reader_agrees_with_dnspython(world: World) -> None:
 
 # --------------------------------------------------------------------------- the contract fixture
 
-# Cases of tests/cases.py that CoreDNS answers differently on purpose (decision ns-address):
+# Cases of testsupport/cases.py that CoreDNS answers differently on purpose (decision ns-address):
 # outside a cluster, with `bind 127.0.0.1`, it has no address of its own to give.
 CASES_DIFFERING_BY_DECISION = {"51", "D1"}
 
@@ -237,10 +234,8 @@ def test_updates_and_deletes_converge(world: World) -> None:
     # 6. A new namespace with a headless import from a new cluster.
     new_ns = "cx-late"
     world.apply(namespace(new_ns))
-    world.apply(service_import(new_ns, "late", "Headless", None, []))
-    world.apply(endpoint_slice(new_ns, "late-north", "late", "north", "IPv4",
-                               [endpoint(["10.77.0.1"], "l0"), endpoint(["10.77.0.2"], ready=None)],
-                               [{"name": "http", "port": 80, "protocol": "TCP"}]))
+    world.apply(service_import(new_ns, "late", headless=True, ports=[]))
+    world.apply(endpoint_slice(new_ns, "late-north", "late", "north", [endpoint(["10.77.0.1"], "l0"), endpoint(["10.77.0.2"], ready=None)], ports=[{"name": "http", "port": 80, "protocol": "TCP"}]))
     sentinels.append((f"l0.north.late.{new_ns}.svc.{ZONE}.", "A", lambda r: r.answer))
     # 7. A ClusterSetIP import turned Headless (its VIPs go, its endpoints answer).
     if len(cluster_ips) > 3:

@@ -15,9 +15,8 @@ import pytest
 import yaml
 
 from mcsdns.resolve import Resolver
-from mcsdns.sources.manifests import ManifestSource
-from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
+from testsupport.inprocess import build_resolver
+from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 
 from .generator import endpoint, endpoint_slice, namespace, service_import
 
@@ -29,20 +28,15 @@ HTTP = [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "alt", "port":
 def resolver(tmp_path_factory: pytest.TempPathFactory) -> Resolver:
     objects = [
         namespace("ns"),
-        service_import("ns", "dotted", "Headless", None, []),
-        endpoint_slice("ns", "dotted-eu", "dotted", "eu.prod", "IPv4", [endpoint(["10.1.0.1"], "h")], HTTP[:1]),
-        service_import("ns", "ui", "Headless", None, []),
-        endpoint_slice("ns", "ui-west", "ui", "west", "IPv4",
-                       [endpoint(["10.2.0.1"]), endpoint(["10.2.0.2"], "x1"), endpoint(["10.2.0.3"], "dup")], HTTP),
-        service_import("ns", "vip", "ClusterSetIP", ["10.3.0.1"], HTTP[:1]),
+        service_import("ns", "dotted", headless=True, ports=[]),
+        endpoint_slice("ns", "dotted-eu", "dotted", "eu.prod", [endpoint(["10.1.0.1"], "h")], ports=HTTP[:1]),
+        service_import("ns", "ui", headless=True, ports=[]),
+        endpoint_slice("ns", "ui-west", "ui", "west", [endpoint(["10.2.0.1"]), endpoint(["10.2.0.2"], "x1"), endpoint(["10.2.0.3"], "dup")], ports=HTTP),
+        service_import("ns", "vip", ["10.3.0.1"], ports=HTTP[:1]),
     ]
     path = Path(tmp_path_factory.mktemp("regressions")) / "objects.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    store = Store()
-    table = Table(TableConfig(("clusterset.local",), 5, None, ("127.0.0.1",)), store)
-    store.listener = table.on_change
-    ManifestSource([path], store).load()
-    return Resolver(table)
+    return build_resolver([path])
 
 
 def ask(resolver: Resolver, q: dns.message.Message) -> bytes:

@@ -20,8 +20,8 @@ import dns.message
 import dns.query
 import pytest
 
-from cases import MAIN, check, make_query
-from testbed import Testbed
+from testsupport.cases import MAIN, check, make_query
+from testsupport.testbed import Testbed
 
 from .compare import TALLY
 from .coredns import Block, CoreDNS

@@ -5,7 +5,7 @@
 #
 # Prints the bin directory on its last line. Binaries are cached by the hash of
 # each wrapper module (go.mod, go.sum, sources), so a warm run takes seconds.
-# Nothing built here is ever committed (tests/testbed.py explains the test bed).
+# Nothing built here is ever committed (testsupport/testbed.py explains the test bed).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

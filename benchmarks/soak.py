@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Soak checker and UDP flood generator for mcsdns (docs/reliability.md).
+"""Soak checker and UDP flood generator for mcsdns (docs/reliability.md): `python -m benchmarks.soak soak|flood ...`.
 
 soak   The checker knows the expected state because it makes every change
        itself. It starts mcsdns (or uses --server/--pid), writes an initial
@@ -48,7 +47,6 @@ import random
 import select
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -58,20 +56,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the testbed (real etcd + kube-apiserver) and its process helpers
-sys.path.insert(0, str(ROOT))  # benchmarks.provenance: date, commit and machine of a stored result
+from testsupport.objects import MCS, endpoint, endpoint_slice, namespace, service_import
+from testsupport.serverproc import ROOT, Server
+from testsupport.testbed import ApiError, KubeClient, Testbed
 
-from benchmarks import provenance  # noqa: E402
-from testbed import ApiError, KubeClient, Testbed, free_port, stop_popen  # noqa: E402
+from . import provenance  # date, commit and machine of a stored result
 
 RESULTS = ROOT / "benchmarks" / "results"  # --save: soak-manifests.json, soak-api.json
 
 ZONE = "clusterset.local"
 NAMESPACE = "soak"
-MCS = "multicluster.x-k8s.io"
-SERVICE_NAME = "multicluster.kubernetes.io/service-name"
-SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
 CLUSTER = "c1"
 HEADER = struct.Struct(">HHHHHH")
 A, AAAA, TXT, SRV = 1, 28, 16, 33
@@ -111,24 +105,14 @@ class Model:
     # ---------------------------------------------------------------- objects
 
     def import_obj(self, name: str, ips: list[str] | None, headless: bool, api_version: str) -> dict:
-        spec: dict[str, Any] = {"type": "Headless" if headless else "ClusterSetIP",
-                                "ports": [{"name": "http", "protocol": "TCP", "port": 80}]}
-        if ips is not None:
-            spec["ips"] = ips
-        return {"apiVersion": api_version, "kind": "ServiceImport", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+        return service_import(NAMESPACE, name, ips, headless=headless, api_version=api_version)
 
     def slice_obj(self, i: int, v: int) -> dict:
-        return {
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-            "metadata": {"name": f"hdl{i}-{CLUSTER}", "namespace": NAMESPACE,
-                         "labels": {SERVICE_NAME: f"hdl{i}", SOURCE_CLUSTER: CLUSTER}},
-            "endpoints": [{"addresses": [ip], "hostname": f"h{j}", "conditions": {"ready": True}}
-                          for j, ip in enumerate(self.hdl_addresses(i, v))],
-            "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
-        }  # fmt: skip
+        return endpoint_slice(NAMESPACE, f"hdl{i}-{CLUSTER}", f"hdl{i}", CLUSTER,
+                              [endpoint([ip], f"h{j}") for j, ip in enumerate(self.hdl_addresses(i, v))])
 
     def objects(self, state: dict[str, int], api_version: str) -> list[dict]:
-        out: list[dict] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}]
+        out: list[dict] = [namespace(NAMESPACE)]
         out.append(self.import_obj("static", ["10.204.0.1"], False, api_version))
         for i in range(self.vips):
             out.append(self.import_obj(f"vip{i}", [self.vip_ip(i, state[f"vip{i}"])], False, api_version))
@@ -597,15 +581,6 @@ def udp_drops(port: int) -> int:
     return total
 
 
-def start_mcsdns(source_args: list[str], log_path: Path) -> tuple[subprocess.Popen, tuple[str, int], int]:
-    port, http = free_port(), free_port()
-    cmd = [sys.executable, "-m", "mcsdns", "serve", "--listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{http}",
-           "--lameduck", "0", "--upstream", "none", "--log-level", "WARNING", *source_args]  # fmt: skip
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    return proc, ("127.0.0.1", port), http
-
-
 def wait_for_state(server: tuple[str, int], model: Model, state: dict[str, int], timeout: float) -> float:
     """Until every key answers its current version (the server has the state the run starts from)."""
     started = time.monotonic()
@@ -810,7 +785,7 @@ def soak(args: argparse.Namespace) -> dict:
     state = {k: 0 for k in model.keys()}
     tmp = Path(tempfile.mkdtemp(prefix="mcsdns-soak-"))
     testbed = None
-    proc = None
+    mcsdns: Server | None = None
     try:
         if args.testbed:
             testbed = Testbed()
@@ -830,8 +805,9 @@ def soak(args: argparse.Namespace) -> dict:
             host, _, port = args.server.rpartition(":")
             server, pid = (host, int(port)), args.pid or 0
         else:
-            proc, server, _ = start_mcsdns(source_args + list(args.mcsdns_arg or []), tmp / "mcsdns.log")
-            pid = proc.pid
+            mcsdns = Server(*source_args, "--log-level", "WARNING", *(args.mcsdns_arg or []), wait_ready=False)
+            mcsdns.start(tmp / "mcsdns.log", timeout=60)
+            server, pid = mcsdns.addr, mcsdns.proc.pid
         settle = wait_for_state(server, model, state, timeout=60)
         checker = Checker(server, pid, model, writer_spec, args)
         report: dict[str, Any] = {"mode": writer_spec[0], "server": f"{server[0]}:{server[1]}", "initial_sync_s": round(settle, 2)}
@@ -874,14 +850,13 @@ def soak(args: argparse.Namespace) -> dict:
             report["rss_mb"] = {"start": round(rss[0][1] / 1024, 1), "end": round(rss[-1][1] / 1024, 1),
                                 "min": round(min(values) / 1024, 1), "max": round(max(values) / 1024, 1),
                                 "second_half_growth": round((rss[-1][1] - rss[len(rss) // 2][1]) / 1024, 1)}  # fmt: skip
-        if proc is not None:
-            report["server_alive"] = proc.poll() is None
-            log_text = (tmp / "mcsdns.log").read_text(errors="replace")
-            report["server_tracebacks"] = log_text.count("Traceback")
+        if mcsdns is not None:
+            report["server_alive"] = mcsdns.proc.poll() is None
+            report["server_tracebacks"] = mcsdns.log().count("Traceback")
         return report
     finally:
-        if proc is not None:
-            stop_popen(proc, 10)
+        if mcsdns is not None:
+            mcsdns.stop(10)
         if testbed is not None:
             testbed.stop()
 
@@ -1020,7 +995,7 @@ def flood(server: tuple[str, int], seconds: float, processes: int, max_packets: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("soak", help="steady queries while the state changes; every answer checked")
     s.add_argument("--duration", type=float, default=300.0, help="seconds of soak (default 300)")
@@ -1077,7 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(report, indent=2))
     if args.save is not None:
         path = Path(args.save) if args.save else RESULTS / f"soak-{'api' if report['mode'] == 'api' else 'manifests'}.json"
-        command = "python tools/soak.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python -m benchmarks.soak " + " ".join(argv if argv is not None else sys.argv[1:])
         path.write_text(json.dumps({**started, "command": command, "report": report}, indent=2) + "\n")
         print(f"stored in {path}")
     wrong = report["wrong"] + report.get("search", {}).get("wrong", 0) + report.get("closed_loop", {}).get("wrong", 0)

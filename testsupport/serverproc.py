@@ -21,38 +21,46 @@ from typing import Any, Callable, TypeVar
 import dns.message
 import dns.query
 import dns.rdatatype
-from testbed import free_port, stop_popen
+from testsupport.testbed import free_port, stop_popen
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 T = TypeVar("T")
 
 
 def eventually(check: Callable[[], T], timeout: float = 15.0, interval: float = 0.05,
-               what: str | Callable[[], str] = "") -> T:
-    """Poll `check` until it returns something truthy; fail with the last value and `what`."""
+               what: str | Callable[[], str] = "", ignore: tuple[type[Exception], ...] = ()) -> T:
+    """Poll `check` until it returns something truthy; fail with the last value and `what`.
+
+    The one poller of the tests, benchmarks and soak. An exception of a type in `ignore` counts as
+    "not yet" (an API server answering 404/429 right after a CRD install) and is shown as the last value.
+    """
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
-        last = check()
-        if last:
-            return last
+        try:
+            last = check()
+        except ignore as err:
+            last = err
+        else:
+            if last:
+                return last
         if time.monotonic() > deadline:
             text = what() if callable(what) else what
             raise AssertionError(f"{text or 'condition'} not met within {timeout}s (last: {last!r})")
         time.sleep(interval)
 
 
-def headless_service(namespace: str, name: str, endpoints: list[dict], cluster: str = "c1") -> list[dict]:
-    """A headless ServiceImport and one MCS EndpointSlice (port http/TCP/80) as manifest objects."""
-    http = [{"name": "http", "protocol": "TCP", "port": 80}]
-    labels = {"multicluster.kubernetes.io/service-name": name, "multicluster.kubernetes.io/source-cluster": cluster}
+def mcsdns_command(dns_port: int, http_port: int, args: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """`python -m mcsdns serve` on 127.0.0.1:<dns_port> (admin on <http_port>), no lameduck wait, and
+    hermetic: `--upstream none` unless `args` name upstreams (never this host's resolv.conf)."""
     return [
-        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-         "metadata": {"name": name, "namespace": namespace}, "spec": {"type": "Headless", "ports": http}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
-         "metadata": {"name": f"{name}-1", "namespace": namespace, "labels": labels},
-         "endpoints": endpoints, "ports": http},
+        sys.executable, "-m", "mcsdns", "serve",
+        "--listen", f"127.0.0.1:{dns_port}",
+        "--http-listen", f"127.0.0.1:{http_port}",
+        "--lameduck", "0",
+        *(() if "--upstream" in args else ("--upstream", "none")),
+        *args,
     ]  # fmt: skip
 
 
@@ -76,14 +84,7 @@ class Server:
         return ("127.0.0.1", self.dns_port)
 
     def start(self, log_path: Path | None = None, timeout: float = 20) -> "Server":
-        cmd = self.argv or [
-            sys.executable, "-m", "mcsdns", "serve",
-            "--listen", f"127.0.0.1:{self.dns_port}",
-            "--http-listen", f"127.0.0.1:{self.http_port}",
-            "--lameduck", "0",
-            *(() if "--upstream" in self.args else ("--upstream", "none")),  # hermetic: not this host's resolv.conf
-            *self.args,
-        ]  # fmt: skip
+        cmd = self.argv or mcsdns_command(self.dns_port, self.http_port, self.args)
         self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"mcsdns-test-{self.dns_port}.log"
         self._log = open(self.log_path, "wb")
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
