@@ -275,8 +275,21 @@ def local_count(entries: list[Entry], v6: bool) -> int:
     return local if local and remote else 0
 
 
+# No DNS message carries more records than this: it is at most 65535 bytes and every record of
+# ours takes at least 16 (a compressed owner, 10 fixed bytes, 4 bytes of A data), so 4097 records
+# are already more than one reply can hold (4097 * 16 = 65552). Beyond it an SRV answer's records
+# (and glue) are left out: no reply could carry them, and a reply cut to fit (with TC) keeps the
+# same leading records either way. Address sets are never cut: --loadbalance rotates them whole.
+REPLY_RECORDS_MAX = 4097
+
+
 def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tuple[Record, ...]]:
-    """SRV answers and their address glue, with CoreDNS's weights and de-duplication."""
+    """SRV answers and their address glue, with CoreDNS's weights and de-duplication.
+
+    At most REPLY_RECORDS_MAX records in all, answers first (as a reply holds them): the records
+    past that are ones no reply can carry, and a service of 1000 endpoints x 100 ports would
+    otherwise list 100,000 for its bare name.
+    """
     counted = [e for e in entries if e.srv]
     weight = max(1, 100 // len(counted)) if counted else 0
     answers: list[Record] = []
@@ -288,13 +301,15 @@ def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tup
             continue
         key = (e.target, e.port)
         if key not in seen_srv:
+            if len(answers) == REPLY_RECORDS_MAX:
+                break  # the answer section alone is more than a reply holds: no glue will fit either
             seen_srv.add(key)
             answers.append(Record(None, SRV, ttl, (REMOTE_PRIORITY if e.remote else LOCAL_PRIORITY, weight, e.port, e.target)))
         glue = (e.target, e.ip)
         if glue not in seen_glue:
             seen_glue.add(glue)
             extra.append(Record(e.target, AAAA if e.v6 else A, ttl, e.ip))
-    return tuple(answers), tuple(extra)
+    return tuple(answers), tuple(extra[: REPLY_RECORDS_MAX - len(answers)])
 
 
 def _positive_or_nodata(answer: tuple[Record, ...], additional: tuple[Record, ...] = ()) -> Answer:
@@ -405,9 +420,12 @@ def compile_service(
     nothing: Group = ([], False)
     bare, by_port = service_entries(svc) if exposed else (nothing, {})
     by_endpoint: dict[tuple[str, str], list[Entry]] | None = None
+    members = _address_members(svc) if exposed and imp.headless else None
+    shared: dict[tuple[tuple[int, ...], int], Answer] = {}
     for labels in service_names(svc):
         req = parse(labels)
         group: Group | None = None
+        same: tuple[int, ...] | None = None  # headless: the slices a name's A/AAAA answer comes from
         if req.endpoint or req.cluster:  # `<hostname>.<cluster>`
             if not endpoint_names:
                 continue
@@ -418,10 +436,41 @@ def compile_service(
                 group = (found, bool(found))
         elif req.port and req.protocol:  # `_name._protocol`
             group = by_port.get((req.port, req.protocol), nothing)
+            if members is not None:
+                same = members.get((req.port, req.protocol), ())
         elif not req.port and not req.protocol and req.kind is Kind.SERVICE:
             group = bare
+            if members is not None:
+                same = members[None]
         for qtype in COMPILED_TYPES:
             if group is None:  # no name service_names makes from valid objects; exact all the same
                 yield labels, qtype, answer(labels, qtype, view, ttl, ns_addresses)
+            elif same is not None and qtype != SRV:
+                found = shared.get((same, qtype))
+                if found is None:
+                    found = shared[(same, qtype)] = respond(group[0], group[1], qtype, ttl)
+                yield labels, qtype, found
             else:
                 yield labels, qtype, respond(group[0], group[1], qtype, ttl)
+
+
+def _address_members(svc: Service) -> dict[PortKey | None, tuple[int, ...]]:
+    """For a headless service: which slices (by index) each `_name._protocol` name's entries come from,
+    and (key None) the service name's.
+
+    A name's A/AAAA answer depends on nothing else: its entries are those slices' addresses, in
+    slice order, once per matching port, and the records keep each address once in first-seen
+    order. Names with the same slices (every port name of a service whose slices all carry every
+    port) share one answer, computed and rendered once instead of once per port name.
+    """
+    out: dict[PortKey | None, list[int]] = {}
+    for i, sl in enumerate(svc.slices):
+        if sl.ports:
+            out.setdefault(None, []).append(i)
+        for port in sl.ports:
+            found = out.setdefault((port.name.lower(), port.protocol.lower()), [])
+            if not found or found[-1] != i:
+                found.append(i)
+    shared = {key: tuple(indexes) for key, indexes in out.items()}
+    shared.setdefault(None, ())
+    return shared
