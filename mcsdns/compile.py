@@ -283,13 +283,19 @@ def local_count(entries: list[Entry], v6: bool) -> int:
 REPLY_RECORDS_MAX = 4097
 
 
-def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tuple[Record, ...]]:
+def srv_records(
+    entries: list[Entry], ttl: int, glue_records: dict[tuple[tuple[str, ...], str], Record] | None = None
+) -> tuple[tuple[Record, ...], tuple[Record, ...]]:
     """SRV answers and their address glue, with CoreDNS's weights and de-duplication.
 
     At most REPLY_RECORDS_MAX records in all, answers first (as a reply holds them): the records
     past that are ones no reply can carry, and a service of 1000 endpoints x 100 ports would
-    otherwise list 100,000 for its bare name.
+    otherwise list 100,000 for its bare name. `glue_records` lets the names of one service (one
+    TTL) share their equal glue records instead of building each again: (target, address) decides
+    the record, since the address text decides its family.
     """
+    if glue_records is None:
+        glue_records = {}
     counted = [e for e in entries if e.srv]
     weight = max(1, 100 // len(counted)) if counted else 0
     answers: list[Record] = []
@@ -297,18 +303,23 @@ def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tup
     seen_srv: set[tuple] = set()
     seen_glue: set[tuple] = set()
     for e in counted:
-        if e.port == -1:
+        port = e.port
+        if port == -1:
             continue
-        key = (e.target, e.port)
+        target = e.target
+        key = (target, port)
         if key not in seen_srv:
             if len(answers) == REPLY_RECORDS_MAX:
                 break  # the answer section alone is more than a reply holds: no glue will fit either
             seen_srv.add(key)
-            answers.append(Record(None, SRV, ttl, (REMOTE_PRIORITY if e.remote else LOCAL_PRIORITY, weight, e.port, e.target)))
-        glue = (e.target, e.ip)
+            answers.append(Record(None, SRV, ttl, (REMOTE_PRIORITY if e.remote else LOCAL_PRIORITY, weight, port, target)))
+        glue = (target, e.ip)
         if glue not in seen_glue:
             seen_glue.add(glue)
-            extra.append(Record(e.target, AAAA if e.v6 else A, ttl, e.ip))
+            record = glue_records.get(glue)
+            if record is None:
+                record = glue_records[glue] = Record(target, AAAA if e.v6 else A, ttl, e.ip)
+            extra.append(record)
     return tuple(answers), tuple(extra[: REPLY_RECORDS_MAX - len(answers)])
 
 
@@ -347,8 +358,12 @@ def answer(labels: tuple[str, ...], qtype: int, view: ZoneView, ttl: int, ns_add
     return respond(entries, exists, qtype, ttl)
 
 
-def respond(entries: list[Entry], exists: bool, qtype: int, ttl: int) -> Answer:
-    """The answer for a name of the zone's service tree, from its entries (CoreDNS's qtype dispatch)."""
+def respond(entries: list[Entry], exists: bool, qtype: int, ttl: int,
+            glue_records: dict[tuple[tuple[str, ...], str], Record] | None = None) -> Answer:
+    """The answer for a name of the zone's service tree, from its entries (CoreDNS's qtype dispatch).
+
+    `glue_records`: shared between the names of one service, as in `srv_records`.
+    """
     if qtype == A or qtype == AAAA:
         records = address_records(entries, qtype == AAAA, ttl)
         if records:
@@ -356,7 +371,7 @@ def respond(entries: list[Entry], exists: bool, qtype: int, ttl: int) -> Answer:
                 return Answer(NOERROR, records, local=local_count(entries, qtype == AAAA))
             return Answer(NOERROR, records)
     elif qtype == SRV:
-        answers, extra = srv_records(entries, ttl)
+        answers, extra = srv_records(entries, ttl, glue_records)
         if answers:
             return Answer(NOERROR, answers, extra)
     elif qtype == TXT:
@@ -422,6 +437,7 @@ def compile_service(
     by_endpoint: dict[tuple[str, str], list[Entry]] | None = None
     members = _address_members(svc) if exposed and imp.headless else None
     shared: dict[tuple[tuple[int, ...], int], Answer] = {}
+    glue_records: dict[tuple[tuple[str, ...], str], Record] = {}
     for labels in service_names(svc):
         req = parse(labels)
         group: Group | None = None
@@ -451,7 +467,7 @@ def compile_service(
                     found = shared[(same, qtype)] = respond(group[0], group[1], qtype, ttl)
                 yield labels, qtype, found
             else:
-                yield labels, qtype, respond(group[0], group[1], qtype, ttl)
+                yield labels, qtype, respond(group[0], group[1], qtype, ttl, glue_records)
 
 
 def _address_members(svc: Service) -> dict[PortKey | None, tuple[int, ...]]:
