@@ -470,6 +470,28 @@ def compile_service(
                 yield labels, qtype, respond(group[0], group[1], qtype, ttl, glue_records)
 
 
+def longest_name(svc: Service) -> int:
+    """The wire length (left of the zone) of the longest name any record of the service's answers
+    carries: the service name, or an endpoint's target `<hostname>.<cluster>.<service>` (the only
+    owners and SRV targets its entries make). A renderer need not check the names of an answer
+    whose every name fits in 255 bytes with the zone (wire.Renderer.writable)."""
+    imp = svc.imp
+    base = wire_length((imp.name, imp.namespace, "svc"))
+    longest = base
+    for sl in svc.slices:
+        if sl.cluster is None:
+            continue  # its entries' targets are the service name
+        cluster = wire_length(tuple(sl.cluster.split(".")))
+        for addr in sl.addresses:
+            longest = max(longest, len(addr.hostname.encode()) + 1 + cluster + base)
+    return longest
+
+
+def wire_length(labels: tuple[str, ...]) -> int:
+    """Bytes of `labels` in a DNS name on the wire (a length byte each), without the root."""
+    return sum(len(label.encode()) + 1 for label in labels)
+
+
 def _address_members(svc: Service) -> dict[PortKey | None, tuple[int, ...]]:
     """For a headless service: which slices (by index) each `_name._protocol` name's entries come from,
     and (key None) the service name's.

@@ -124,11 +124,14 @@ class Table:
             body = self._negative[(rcode, zone_at)] = Body(AA | rcode, 0, 0, 0, b"", (), (), True, zone_at)
         return body
 
-    def render(self, lname: bytes, zone_len: int, ans: zone.Answer, names: NameCache | None = None) -> Body:
-        """The body of `ans` for a question `lname`; `names` shares derived bytes across one service's answers."""
+    def render(self, lname: bytes, zone_len: int, ans: zone.Answer, names: NameCache | None = None,
+               short: bool = False) -> Body:
+        """The body of `ans` for a question `lname`; `names` shares derived bytes across one service's
+        answers; `short`: every name in `ans` is known to fit in 255 bytes (Renderer.render)."""
         if ans.soa and not ans.answer and not ans.additional:
             return self.negative(ans.rcode, 12 + len(lname) - zone_len)
-        return Renderer(lname, zone_len, names).render(ans, min(self.ttl, 300), self.ttl, self.serial & 0xFFFFFFFF)
+        return Renderer(lname, zone_len, names).render(ans, min(self.ttl, 300), self.ttl, self.serial & 0xFFFFFFFF,
+                                                       short=short)
 
     # ----------------------------------------------------------------- compiling
 
@@ -210,6 +213,7 @@ class Table:
         last: tuple[str, ...] | None = None
         rel = b""
         names = NameCache()
+        longest = zone.longest_name(svc)
         # An address answer's body depends on the answer and where the zone sits in the question, not
         # on the name: compile_service hands the same Answer to names that share it (the port names of
         # a headless service), rendered once per zone position. The Answer is kept beside its body so
@@ -223,13 +227,14 @@ class Table:
             for zwire in self.zones:
                 lname = rel + zwire
                 k = lname + QTYPE_IN[qtype]
+                short = longest + len(zwire) <= 255
                 if qtype == zone.SRV:
-                    body = self.render(lname, len(zwire), ans, names)
+                    body = self.render(lname, len(zwire), ans, names, short)
                 else:
                     at = (id(ans), len(lname) - len(zwire))
                     done = addresses.get(at)
                     if done is None:
-                        done = addresses[at] = (ans, self.render(lname, len(zwire), ans, names))
+                        done = addresses[at] = (ans, self.render(lname, len(zwire), ans, names, short))
                     body = done[1]
                 self.answers[k] = body
                 keys.append(k)

@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from .compile import AAAA, NS, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
+from .compile import wire_length as _wire_len
 
 HEADER = struct.Struct(">HHHHHH")
 U16 = struct.Struct(">H")
@@ -351,8 +352,10 @@ class Renderer:
         out += RR_FIXED.pack(rtype, CLASS_IN, rec.ttl, len(rdata))
         out += rdata
 
-    def render(self, ans: Answer, soa_ttl: int = 0, soa_min: int = 0, serial: int = 0) -> Body:
-        ans = self.writable(ans)
+    def render(self, ans: Answer, soa_ttl: int = 0, soa_min: int = 0, serial: int = 0, *, short: bool = False) -> Body:
+        """The body of `ans`; `short`: the caller knows every name in it fits in 255 bytes (no check)."""
+        if not short:
+            ans = self.writable(ans)
         self.targets = {}
         out = bytearray()
         ends: list[int] = []
@@ -440,10 +443,6 @@ def address_run(body: Body) -> tuple[int, int, int] | None:
             count += 1
         at = rec_end
     return (start, end, size) if count > 1 else None
-
-
-def _wire_len(labels: tuple[str, ...]) -> int:
-    return sum(len(label.encode()) + 1 for label in labels)
 
 
 def soa_record(zone_at: int, ttl: int, minimum: int, serial: int) -> bytes:

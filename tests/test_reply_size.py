@@ -106,10 +106,27 @@ def test_port_name_addresses_are_whole(wide):
         assert [rd.address for rrset in reply.answer for rd in rrset] == [address(i) for i in range(ENDPOINTS)]
 
 
+def long_named_service() -> list[dict]:
+    """A headless service in a 63-byte namespace whose longest targets pass 255 bytes with the zone."""
+    ns, svc, cluster = "n" * 63, "s" * 63, "c" * 63
+    ports = [{"name": "http", "protocol": "TCP", "port": 80}]
+    labels = {"multicluster.kubernetes.io/service-name": svc, "multicluster.kubernetes.io/source-cluster": cluster}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+         "metadata": {"name": svc, "namespace": ns}, "spec": {"type": "Headless", "ports": ports}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+         "metadata": {"name": "long-1", "namespace": ns, "labels": labels}, "ports": ports,
+         "endpoints": [{"addresses": ["10.40.0.1"], "hostname": "h" * 63}, {"addresses": ["10.40.0.2"], "hostname": "h"},
+                       {"addresses": ["10.40.0.3"]}]},
+    ]  # fmt: skip
+
+
 def test_compiled_bodies_are_fresh_renderings_of_answer():
-    """Every compiled body (addresses shared between names, derived bytes cached, SRV cut) is byte for
-    byte what rendering `answer()` for its name alone gives."""
-    table = make_table(*varied_services())
+    """Every compiled body (addresses shared between names, derived bytes cached, SRV cut, names not
+    checked where none can be too long) is byte for byte what rendering `answer()` for its name alone gives."""
+    table = make_table(*varied_services(), *long_named_service())
+    assert len(table.owned[("n" * 63, "s" * 63)]) == 6  # A, AAAA, SRV of the service and of _http._tcp
     compared = 0
     for key, keys in table.owned.items():
         for k in keys:
