@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, Protocol
 
 from .names import Kind, Request, parse
 from .objects import EndpointSlice, Port, ServiceImport
-from .vocab import AAAA, NOERROR, NS, NXDOMAIN, SERVFAIL, SOA, SRV, TXT, A, Answer, Record
+from .vocab import AAAA, NOERROR, NS, NXDOMAIN, SERVFAIL, SOA, SRV, TXT, A, Answer, Record, wire_length
 
 DNS_SCHEMA_VERSION = "1.1.0"  # what CoreDNS answers, not the KEP's 1.0.0 (contract 2.6)
 DNS_VERSION_TTL = 28800
@@ -233,8 +233,27 @@ def local_count(entries: list[Entry], v6: bool) -> int:
     return local if local and remote else 0
 
 
-def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tuple[Record, ...]]:
-    """SRV answers and their address glue, with CoreDNS's weights and de-duplication."""
+# No DNS message carries more records than this: it is at most 65535 bytes and every record of
+# ours takes at least 16 (a compressed owner, 10 fixed bytes, 4 bytes of A data), so 4097 records
+# are already more than one reply can hold (4097 * 16 = 65552). Beyond it an SRV answer's records
+# (and glue) are left out: no reply could carry them, and a reply cut to fit (with TC) keeps the
+# same leading records either way. Address sets are never cut: --loadbalance rotates them whole.
+REPLY_RECORDS_MAX = 4097
+
+
+def srv_records(
+    entries: list[Entry], ttl: int, glue_records: dict[tuple[tuple[str, ...], str], Record] | None = None
+) -> tuple[tuple[Record, ...], tuple[Record, ...]]:
+    """SRV answers and their address glue, with CoreDNS's weights and de-duplication.
+
+    At most REPLY_RECORDS_MAX records in all, answers first (as a reply holds them): the records
+    past that are ones no reply can carry, and a service of 1000 endpoints x 100 ports would
+    otherwise list 100,000 for its bare name. `glue_records` lets the names of one service (one
+    TTL) share their equal glue records instead of building each again: (target, address) decides
+    the record, since the address text decides its family.
+    """
+    if glue_records is None:
+        glue_records = {}
     counted = [e for e in entries if e.srv]
     weight = max(1, 100 // len(counted)) if counted else 0
     answers: list[Record] = []
@@ -242,17 +261,24 @@ def srv_records(entries: list[Entry], ttl: int) -> tuple[tuple[Record, ...], tup
     seen_srv: set[tuple] = set()
     seen_glue: set[tuple] = set()
     for e in counted:
-        if e.port == -1:
+        port = e.port
+        if port == -1:
             continue
-        key = (e.target, e.port)
+        target = e.target
+        key = (target, port)
         if key not in seen_srv:
+            if len(answers) == REPLY_RECORDS_MAX:
+                break  # the answer section alone is more than a reply holds: no glue will fit either
             seen_srv.add(key)
-            answers.append(Record(None, SRV, ttl, (REMOTE_PRIORITY if e.remote else LOCAL_PRIORITY, weight, e.port, e.target)))
-        glue = (e.target, e.ip)
+            answers.append(Record(None, SRV, ttl, (REMOTE_PRIORITY if e.remote else LOCAL_PRIORITY, weight, port, target)))
+        glue = (target, e.ip)
         if glue not in seen_glue:
             seen_glue.add(glue)
-            extra.append(Record(e.target, AAAA if e.v6 else A, ttl, e.ip))
-    return tuple(answers), tuple(extra)
+            record = glue_records.get(glue)
+            if record is None:
+                record = glue_records[glue] = Record(target, AAAA if e.v6 else A, ttl, e.ip)
+            extra.append(record)
+    return tuple(answers), tuple(extra[: REPLY_RECORDS_MAX - len(answers)])
 
 
 def _positive_or_nodata(answer: tuple[Record, ...], additional: tuple[Record, ...] = ()) -> Answer:
@@ -290,8 +316,12 @@ def answer(labels: tuple[str, ...], qtype: int, view: ZoneView, ttl: int, ns_add
     return respond(entries, exists, qtype, ttl)
 
 
-def respond(entries: list[Entry], exists: bool, qtype: int, ttl: int) -> Answer:
-    """The answer for a name of the zone's service tree, from its entries (CoreDNS's qtype dispatch)."""
+def respond(entries: list[Entry], exists: bool, qtype: int, ttl: int,
+            glue_records: dict[tuple[tuple[str, ...], str], Record] | None = None) -> Answer:
+    """The answer for a name of the zone's service tree, from its entries (CoreDNS's qtype dispatch).
+
+    `glue_records`: shared between the names of one service, as in `srv_records`.
+    """
     if qtype == A or qtype == AAAA:
         records = address_records(entries, qtype == AAAA, ttl)
         if records:
@@ -299,7 +329,7 @@ def respond(entries: list[Entry], exists: bool, qtype: int, ttl: int) -> Answer:
                 return Answer(NOERROR, records, local=local_count(entries, qtype == AAAA))
             return Answer(NOERROR, records)
     elif qtype == SRV:
-        answers, extra = srv_records(entries, ttl)
+        answers, extra = srv_records(entries, ttl, glue_records)
         if answers:
             return Answer(NOERROR, answers, extra)
     elif qtype == TXT:
@@ -363,9 +393,13 @@ def compile_service(
     nothing: Group = ([], False)
     bare, by_port = service_entries(svc) if exposed else (nothing, {})
     by_endpoint: dict[tuple[str, str], list[Entry]] | None = None
+    members = _address_members(svc) if exposed and imp.headless else None
+    shared: dict[tuple[tuple[int, ...], int], Answer] = {}
+    glue_records: dict[tuple[tuple[str, ...], str], Record] = {}
     for labels in service_names(svc):
         req = parse(labels)
         group: Group | None = None
+        same: tuple[int, ...] | None = None  # headless: the slices a name's A/AAAA answer comes from
         if req.endpoint or req.cluster:  # `<hostname>.<cluster>`
             if not endpoint_names:
                 continue
@@ -376,10 +410,58 @@ def compile_service(
                 group = (found, bool(found))
         elif req.port and req.protocol:  # `_name._protocol`
             group = by_port.get((req.port, req.protocol), nothing)
+            if members is not None:
+                same = members.get((req.port, req.protocol), ())
         elif not req.port and not req.protocol and req.kind is Kind.SERVICE:
             group = bare
+            if members is not None:
+                same = members[None]
         for qtype in COMPILED_TYPES:
             if group is None:  # no name service_names makes from valid objects; exact all the same
                 yield labels, qtype, answer(labels, qtype, view, ttl, ns_addresses)
+            elif same is not None and qtype != SRV:
+                found = shared.get((same, qtype))
+                if found is None:
+                    found = shared[(same, qtype)] = respond(group[0], group[1], qtype, ttl)
+                yield labels, qtype, found
             else:
-                yield labels, qtype, respond(group[0], group[1], qtype, ttl)
+                yield labels, qtype, respond(group[0], group[1], qtype, ttl, glue_records)
+
+
+def longest_name(svc: Service) -> int:
+    """The wire length (left of the zone) of the longest name any record of the service's answers
+    carries: the service name, or an endpoint's target `<hostname>.<cluster>.<service>` (the only
+    owners and SRV targets its entries make). A renderer need not check the names of an answer
+    whose every name fits in 255 bytes with the zone (wire.Renderer.writable)."""
+    imp = svc.imp
+    base = wire_length((imp.name, imp.namespace, "svc"))
+    longest = base
+    for sl in svc.slices:
+        if sl.cluster is None:
+            continue  # its entries' targets are the service name
+        cluster = wire_length(tuple(sl.cluster.split(".")))
+        for addr in sl.addresses:
+            longest = max(longest, len(addr.hostname.encode()) + 1 + cluster + base)
+    return longest
+
+
+def _address_members(svc: Service) -> dict[PortKey | None, tuple[int, ...]]:
+    """For a headless service: which slices (by index) each `_name._protocol` name's entries come from,
+    and (key None) the service name's.
+
+    A name's A/AAAA answer depends on nothing else: its entries are those slices' addresses, in
+    slice order, once per matching port, and the records keep each address once in first-seen
+    order. Names with the same slices (every port name of a service whose slices all carry every
+    port) share one answer, computed and rendered once instead of once per port name.
+    """
+    out: dict[PortKey | None, list[int]] = {}
+    for i, sl in enumerate(svc.slices):
+        if sl.ports:
+            out.setdefault(None, []).append(i)
+        for port in sl.ports:
+            found = out.setdefault((port.name.lower(), port.protocol.lower()), [])
+            if not found or found[-1] != i:
+                found.append(i)
+    shared = {key: tuple(indexes) for key, indexes in out.items()}
+    shared.setdefault(None, ())
+    return shared

@@ -337,12 +337,27 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
         where = f"endpoints[{i}]"
         if not isinstance(ep, dict):
             raise InvalidObject(f"{where}: expected object")
-        ready = _field(ep, "conditions", "ready", kind=bool, default=True, at=where)
-        hostname = _field(ep, "hostname", kind=str, default="", at=where)
+        # The three reads below are `_field` inlined for the shapes the API serves (a sync reads
+        # every endpoint of every slice); anything else takes `_field` itself, for its exact errors.
+        conditions = ep.get("conditions")
+        ready = conditions.get("ready") if isinstance(conditions, dict) else None
+        if conditions is None or (ready is None and isinstance(conditions, dict)):
+            ready = True
+        elif not isinstance(ready, bool):  # conditions not an object, or ready not a boolean: refused
+            ready = _field(ep, "conditions", "ready", kind=bool, default=True, at=where)
+        hostname = ep.get("hostname")
+        if hostname is None:
+            hostname = ""
+        elif not isinstance(hostname, str):
+            hostname = _field(ep, "hostname", kind=str, default="", at=where)
         if hostname and not _HOST_LABEL.match(hostname):
             omitted.append(f"{where}.hostname: {hostname!r:.80} cannot be a DNS label; the endpoint is left out")
             continue
-        addresses_raw = _field(ep, "addresses", kind=list, default=[], at=where)
+        addresses_raw = ep.get("addresses")
+        if addresses_raw is None:
+            addresses_raw = []
+        elif not isinstance(addresses_raw, list):
+            addresses_raw = _field(ep, "addresses", kind=list, default=[], at=where)
         if len(addresses_raw) > MAX_ADDRESSES:
             raise InvalidObject(f"{where}.addresses: {len(addresses_raw)} items, more than the API allows ({MAX_ADDRESSES})")
         for j, text in enumerate(addresses_raw):

@@ -30,7 +30,7 @@ from . import vocab
 from . import reverse
 from .compile import Service
 from .store import Changes, ServiceKey, Store
-from .wire import AA, Body, Renderer, encode_labels, soa_record
+from .wire import AA, Body, NameCache, Renderer, encode_labels, soa_record
 
 
 class NameIndex(Protocol):
@@ -136,10 +136,14 @@ class Table:
             body = self._negative[(rcode, zone_at)] = Body(AA | rcode, 0, 0, 0, b"", (), (), True, zone_at)
         return body
 
-    def render(self, lname: bytes, zone_len: int, ans: vocab.Answer) -> Body:
+    def render(self, lname: bytes, zone_len: int, ans: vocab.Answer, names: NameCache | None = None,
+               short: bool = False) -> Body:
+        """The body of `ans` for a question `lname`; `names` shares derived bytes across one service's
+        answers; `short`: every name in `ans` is known to fit in 255 bytes (Renderer.render)."""
         if ans.soa and not ans.answer and not ans.additional:
             return self.negative(ans.rcode, 12 + len(lname) - zone_len)
-        return Renderer(lname, zone_len).render(ans, min(self.ttl, 300), self.ttl, self.serial & 0xFFFFFFFF)
+        return Renderer(lname, zone_len, names).render(ans, min(self.ttl, 300), self.ttl, self.serial & 0xFFFFFFFF,
+                                                       short=short)
 
     # ----------------------------------------------------------------- compiling
 
@@ -220,6 +224,13 @@ class Table:
         answers = zone.compile_service(svc, self, self.ttl, self.config.ns_addresses, endpoint_names=False)
         last: tuple[str, ...] | None = None
         rel = b""
+        names = NameCache()
+        longest = zone.longest_name(svc)
+        # An address answer's body depends on the answer and where the zone sits in the question, not
+        # on the name: compile_service hands the same Answer to names that share it (the port names of
+        # a headless service), rendered once per zone position. The Answer is kept beside its body so
+        # its id stays its own for the whole compile.
+        addresses: dict[tuple[int, int], tuple[vocab.Answer, Body]] = {}
         for labels, qtype, ans in answers:
             if ans.nxdomain:
                 continue  # negative answers depend on sync state: decided per query
@@ -228,7 +239,16 @@ class Table:
             for zwire in self.zones:
                 lname = rel + zwire
                 k = lname + QTYPE_IN[qtype]
-                self.answers[k] = self.render(lname, len(zwire), ans)
+                short = longest + len(zwire) <= 255
+                if qtype == vocab.SRV:
+                    body = self.render(lname, len(zwire), ans, names, short)
+                else:
+                    at = (id(ans), len(lname) - len(zwire))
+                    done = addresses.get(at)
+                    if done is None:
+                        done = addresses[at] = (ans, self.render(lname, len(zwire), ans, names, short))
+                    body = done[1]
+                self.answers[k] = body
                 keys.append(k)
         self.owned[key] = keys
 

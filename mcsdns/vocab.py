@@ -73,3 +73,8 @@ class Answer:
     @property
     def nxdomain(self) -> bool:
         return self.rcode == NXDOMAIN
+
+
+def wire_length(labels: tuple[str, ...]) -> int:
+    """Bytes of `labels` in a DNS name on the wire (a length byte each), without the root."""
+    return sum(len(label.encode()) + 1 for label in labels)

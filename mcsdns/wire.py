@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from .vocab import AAAA, CLASS_IN, NS, OPT, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
+from .vocab import wire_length as _wire_len
 
 HEADER = struct.Struct(">HHHHHH")
 U16 = struct.Struct(">H")
@@ -213,6 +214,61 @@ class Body:
     split: int = 0  # --local-cluster: the first `split` answer records are the local group (0: one group)
 
 
+_QUESTION = b"\xc0\x0c"  # a pointer to the question name, the owner of most records
+
+
+def _address_record(rtype: int, ttl: int, text: str) -> bytes:
+    """Type, class, TTL, length and address of an A/AAAA record (an IPv4-mapped IPv6 A as its IPv4)."""
+    if rtype == A:
+        try:
+            rdata = socket.inet_pton(socket.AF_INET, text)  # ~15x faster than ipaddress: compile time at scale
+        except OSError:
+            ip = ipaddress.ip_address(text)
+            rdata = (ip.ipv4_mapped or ip).packed if ip.version == 6 else ip.packed
+    else:
+        try:
+            rdata = socket.inet_pton(socket.AF_INET6, text)
+        except OSError:
+            rdata = ipaddress.IPv6Address(text).packed
+    return RR_FIXED.pack(rtype, CLASS_IN, ttl, len(rdata)) + rdata
+
+
+class NameCache:
+    """What rendering derives from a name or an address, kept across the answers of one service.
+
+    A service of 1000 endpoints x 100 ports renders the same 1000 targets and addresses in every
+    one of its 300 answers; deriving their bytes once is most of what makes compiling it cheap.
+    The table makes one per service compile and drops it after, so nothing outlives the compile.
+    """
+
+    __slots__ = ("addresses", "_lowered", "_targets", "_lengths")
+
+    def __init__(self) -> None:
+        self.addresses: dict[tuple[int, int, str], bytes] = {}  # (type, ttl, address) -> the record after its owner
+        self._lowered: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._targets: dict[tuple[str, ...], tuple[bytes, tuple[str, ...]]] = {}
+        self._lengths: dict[tuple[str, ...], int] = {}
+
+    def lowered(self, labels: tuple[str, ...]) -> tuple[str, ...]:
+        found = self._lowered.get(labels)
+        if found is None:
+            found = self._lowered[labels] = tuple(label.lower() for label in labels)
+        return found
+
+    def target(self, labels: tuple[str, ...]) -> tuple[bytes, tuple[str, ...]]:
+        """An SRV target's labels as written in the record, and lower-cased (what glue owners match)."""
+        found = self._targets.get(labels)
+        if found is None:
+            found = self._targets[labels] = (encode_labels(labels), self.lowered(labels))
+        return found
+
+    def wire_len(self, labels: tuple[str, ...]) -> int:
+        found = self._lengths.get(labels)
+        if found is None:
+            found = self._lengths[labels] = _wire_len(labels)
+        return found
+
+
 class Renderer:
     """Encodes `Answer`s for one question layout (name length and zone position).
 
@@ -221,7 +277,8 @@ class Renderer:
     the question, which is what echoes the query's case.
     """
 
-    def __init__(self, lname: bytes, zone_len: int) -> None:
+    def __init__(self, lname: bytes, zone_len: int, names: "NameCache | None" = None) -> None:
+        self.names = names if names is not None else NameCache()
         self.qlen = len(lname) + 4
         self.zone_at = 12 + len(lname) - zone_len  # offset of the zone inside the question
         self.zone_lname = lname[len(lname) - zone_len :]
@@ -246,32 +303,36 @@ class Renderer:
         raise AssertionError("the zone suffix is always present")
 
     def record(self, rec: Record, out: bytearray, zone_slots: list[int]) -> None:
-        if rec.owner is None:
-            owner = pointer(12)
-        else:
-            at = self.targets.get(tuple(label.lower() for label in rec.owner))
-            owner = pointer(at) if at is not None else self.name(rec.owner)
         rtype, data = rec.rtype, rec.data
-        if rtype == A:
-            try:
-                rdata = socket.inet_pton(socket.AF_INET, data)  # ~15x faster than ipaddress: compile time at scale
-            except OSError:
-                ip = ipaddress.ip_address(data)
-                rdata = (ip.ipv4_mapped or ip).packed if ip.version == 6 else ip.packed
-        elif rtype == AAAA:
-            try:
-                rdata = socket.inet_pton(socket.AF_INET6, data)
-            except OSError:
-                rdata = ipaddress.IPv6Address(data).packed
-        elif rtype == SRV:
+        names = self.names
+        if rec.owner is None:
+            owner = _QUESTION
+        else:
+            at = self.targets.get(names.lowered(rec.owner))
+            owner = pointer(at) if at is not None else self.name(rec.owner)
+        if rtype == A or rtype == AAAA:  # most records of a large answer: the same bytes in every answer
+            key = (rtype, rec.ttl, data)
+            fixed = names.addresses.get(key)
+            if fixed is None:
+                fixed = names.addresses[key] = _address_record(rtype, rec.ttl, data)
+            out += owner
+            out += fixed
+            return
+        if rtype == SRV:
             prio, weight, port, target = data
-            spelled = encode_labels(target)
-            at = 12 + self.qlen + len(out) + len(owner) + 10 + 6  # message offset of the target
+            spelled, lowered = names.target(target)
+            start = len(out) + len(owner) + 10 + 6  # where the target starts in the body
+            at = 12 + self.qlen + start  # message offset of the target
             if at < 0x4000:
-                self.targets.setdefault(tuple(label.lower() for label in target), at)
-            zone_slots.append(len(out) + len(owner) + 10 + 6 + len(spelled))
-            rdata = SRV_FIXED.pack(prio, weight, port) + spelled + self.zone_lname
-        elif rtype == TXT:
+                self.targets.setdefault(lowered, at)
+            zone_slots.append(start + len(spelled))
+            out += owner
+            out += RR_FIXED.pack(SRV, CLASS_IN, rec.ttl, 6 + len(spelled) + len(self.zone_lname))
+            out += SRV_FIXED.pack(prio, weight, port)
+            out += spelled
+            out += self.zone_lname
+            return
+        if rtype == TXT:
             text = data.encode()
             rdata = bytes([len(text)]) + text
         elif rtype == PTR:
@@ -287,8 +348,10 @@ class Renderer:
         out += RR_FIXED.pack(rtype, CLASS_IN, rec.ttl, len(rdata))
         out += rdata
 
-    def render(self, ans: Answer, soa_ttl: int = 0, soa_min: int = 0, serial: int = 0) -> Body:
-        ans = self.writable(ans)
+    def render(self, ans: Answer, soa_ttl: int = 0, soa_min: int = 0, serial: int = 0, *, short: bool = False) -> Body:
+        """The body of `ans`; `short`: the caller knows every name in it fits in 255 bytes (no check)."""
+        if not short:
+            ans = self.writable(ans)
         self.targets = {}
         out = bytearray()
         ends: list[int] = []
@@ -296,11 +359,21 @@ class Renderer:
         if ans.apex_soa:
             out += self.soa(soa_ttl, soa_min, serial)
             ends.append(len(out))
+        # An SRV answer stops one record past what the largest reply (65535 bytes) can hold after
+        # header and question: truncation keeps the records that fit and sets TC exactly as with
+        # all of them, since there is always one more than fits. (1000 endpoints x 100 ports: a
+        # `_port._proto` name's 2000 records are 84 KB.) Address sets stay whole for --loadbalance.
+        room = MAX_TCP - 12 - self.qlen if ans.answer and ans.answer[0].rtype == SRV else None
+        count = 0
         for rec in ans.answer + ans.additional:
             self.record(rec, out, slots)
             ends.append(len(out))
-        an = len(ans.answer) + (1 if ans.apex_soa else 0)
-        return Body(AA | ans.rcode, an, 0, len(ans.additional), bytes(out), tuple(ends), tuple(slots), ans.soa, self.zone_at,
+            count += 1
+            if room is not None and len(out) > room:
+                break
+        answers = min(count, len(ans.answer))
+        an = answers + (1 if ans.apex_soa else 0)
+        return Body(AA | ans.rcode, an, 0, count - answers, bytes(out), tuple(ends), tuple(slots), ans.soa, self.zone_at,
                     ans.local if 0 < ans.local < an else 0)
 
     def soa(self, ttl: int, minimum: int, serial: int) -> bytes:
@@ -314,17 +387,22 @@ class Renderer:
         one. An answer left with no records becomes NODATA.
         """
         room = 255 - len(self.zone_lname)
+        wire_len = self.names.wire_len
 
         def fits(rec: Record) -> bool:
-            if rec.owner is not None and _wire_len(rec.owner) > room:
+            if rec.owner is not None and wire_len(rec.owner) > room:
                 return False
             if isinstance(rec.data, Absolute):
                 return _wire_len(rec.data.labels) <= 254  # its own length, whatever the question's zone
             if rec.rtype == PTR:
                 return _wire_len(rec.data) <= room  # a DNS-SD target below the zone
-            return rec.rtype != SRV or _wire_len(rec.data[3]) <= room
+            return rec.rtype != SRV or wire_len(rec.data[3]) <= room
 
-        if all(fits(rec) for rec in ans.answer) and all(fits(rec) for rec in ans.additional):
+        for rec in ans.answer + ans.additional:
+            # Addresses answered for the question name (most records) always fit: no call for them.
+            if (rec.owner is not None or (rec.rtype != A and rec.rtype != AAAA)) and not fits(rec):
+                break
+        else:
             return ans
         answer = tuple(rec for rec in ans.answer if fits(rec))
         if not answer and not ans.apex_soa:
@@ -361,10 +439,6 @@ def address_run(body: Body) -> tuple[int, int, int] | None:
             count += 1
         at = rec_end
     return (start, end, size) if count > 1 else None
-
-
-def _wire_len(labels: tuple[str, ...]) -> int:
-    return sum(len(label.encode()) + 1 for label in labels)
 
 
 def soa_record(zone_at: int, ttl: int, minimum: int, serial: int) -> bytes:

@@ -74,7 +74,8 @@ class FakeConn:
         self.log: list[tuple[str, str, dict]] = []
 
     def get(self, path: str, query: dict | None = None, accept: str = kubeapi.JSON,
-            timeout: float = kubeapi.REQUEST_TIMEOUT) -> dict:
+            timeout: float = kubeapi.REQUEST_TIMEOUT, parse: Any = None) -> dict:
+        """The scripted page, already a dict (`parse` is the real connection's JSON decoder)."""
         self.log.append(("GET", path, dict(query or {})))
         answer = self.gets[path].pop(0)
         if isinstance(answer, Exception):
@@ -245,7 +246,7 @@ def test_run_returns_promptly_when_stopped(monkeypatch: pytest.MonkeyPatch) -> N
     blocked = threading.Event()
 
     class Blocking(FakeConn):
-        def get(self, path, query=None, accept=kubeapi.JSON, timeout=kubeapi.REQUEST_TIMEOUT):
+        def get(self, path, query=None, accept=kubeapi.JSON, timeout=kubeapi.REQUEST_TIMEOUT, parse=None):
             blocked.wait(5)  # a read that never answers (interrupt() cannot reach a fake)
             raise kubeapi.Unreachable("gone")
 

@@ -14,18 +14,18 @@ HTTP status (or from a watch's ERROR event), raised `from` the original.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import re
 import socket
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import urllib3
 
 from .. import __version__
+from . import decode
 
 log = logging.getLogger(__name__)
 
@@ -274,15 +274,18 @@ class ApiConnection:
             finally:
                 resp.release_conn()
             try:
-                body: Any = json.loads(raw) if raw else None
+                body: Any = decode.loads(raw) if raw else None
             except ValueError:
                 body = raw
             raise error_for(resp.status, body)
         return resp
 
     def get(self, path: str, query: dict[str, Any] | None = None, accept: str = JSON,
-            timeout: float = REQUEST_TIMEOUT) -> dict:
-        """One JSON document (a list page, a discovery document); `timeout` bounds each silence."""
+            timeout: float = REQUEST_TIMEOUT, parse: Callable[[bytes], Any] = decode.loads) -> dict:
+        """One JSON document (a list page, a discovery document); `timeout` bounds each silence.
+
+        `parse` decodes it: `decode.page` for list pages (only the fields DNS reads), else all of it.
+        """
         resp = self.open(path, query, accept, timeout)
         try:
             raw = resp.data
@@ -293,7 +296,7 @@ class ApiConnection:
         finally:
             resp.release_conn()
         try:
-            doc = json.loads(raw)
+            doc = parse(raw)
         except ValueError as exc:
             raise ServerError(f"GET {path}: the answer is not JSON") from exc
         if not isinstance(doc, dict):

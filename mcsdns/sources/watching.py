@@ -23,7 +23,6 @@ a watch.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -43,6 +42,7 @@ from ..objects import (
     to_namespace,
     to_service_import,
 )
+from . import decode
 from .kubeapi import (
     JSON,
     LIST_TIMEOUT,
@@ -391,7 +391,7 @@ class Watcher:
         token: str | None = None
         while True:
             query = {"limit": PAGE_SIZE, "labelSelector": self.resource.label_selector, "continue": token}
-            page = self.get(path, query, self.resource.list_accept)
+            page = self.get(path, query, self.resource.list_accept, decode.page)
             objects: list[Object] = []
             keep: set[Key] = set()
             for raw in page.get("items") or []:
@@ -416,7 +416,8 @@ class Watcher:
         self.list_timeout = LIST_TIMEOUT
         yield Listed(objects, frozenset(keep), self.resource_version)
 
-    def get(self, path: str, query: dict[str, Any] | None = None, accept: str = JSON) -> dict:
+    def get(self, path: str, query: dict[str, Any] | None = None, accept: str = JSON,
+            parse: Callable[[bytes], Any] = decode.loads) -> dict:
         """A list page or discovery document, given up after `list_timeout` of silence.
 
         A timeout is taken for a stall: the pool's idle connections (which went through the
@@ -424,7 +425,7 @@ class Watcher:
         case the API server was only queueing the request; a complete list resets it.
         """
         try:
-            return self.conn.get(path, query, accept, self.list_timeout)
+            return self.conn.get(path, query, accept, self.list_timeout, parse)
         except TimedOut:
             self.list_timeout = min(2 * self.list_timeout, REQUEST_TIMEOUT)
             self.conn.drop_idle()
@@ -471,7 +472,7 @@ class Watcher:
             for line in stream_lines(resp):
                 watchdog.alive()
                 try:
-                    event = json.loads(line)
+                    event = decode.event(line)
                 except ValueError as exc:
                     raise ServerError("a watch event is not JSON") from exc
                 yield from self.event(event)
