@@ -84,7 +84,7 @@ class Admin:
     async def listen(self, host: str, port: int) -> tuple[str, int]:
         # The backlog is also how many connections the loop accepts in one go before any handler runs
         # (and can evict): it bounds how far open descriptors may pass the cap for a moment.
-        self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST, backlog=BACKLOG)
+        self.server = await asyncio.start_server(self._connected, host, port, limit=MAX_REQUEST, backlog=BACKLOG)
         self.address = self.server.sockets[0].getsockname()[:2]
         log.info("admin HTTP (/health /ready /metrics %s) on %s:%d", " ".join(sorted(self.routes)), *self.address)
         return self.address
@@ -144,13 +144,21 @@ class Admin:
         self._open[writer] = False
         return True
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Admit (evicting at the cap) or refuse a connection at once, in the loop's `connection_made`.
+
+        Not in the request task: a task's first step runs an iteration later, after the next accept
+        burst, so cuts would lag the accepts and a flood of connections could pass the descriptor
+        limit (asyncio then logs EMFILE and stops accepting for a second, probes included).
+        """
         if not self._admit(writer):
             writer.transport.abort()
             return
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await self._read_head(reader)
             if writer in self._open:
@@ -165,8 +173,6 @@ class Admin:
             log.exception("admin request failed")
         finally:
             self._open.pop(writer, None)
-            if task is not None:
-                self._tasks.discard(task)
             writer.close()
 
     async def _read_head(self, reader: asyncio.StreamReader) -> bytes | None:
