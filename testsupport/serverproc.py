@@ -64,6 +64,17 @@ def mcsdns_command(dns_port: int, http_port: int, args: list[str] | tuple[str, .
     ]  # fmt: skip
 
 
+def http_get(port: int, path: str, timeout: float = 2) -> tuple[int, str]:
+    """GET http://127.0.0.1:`port``path`: (status, body); (0, "") when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
 class Server:
     """`mcsdns serve ARGS` on 127.0.0.1:<dns_port>, admin on 127.0.0.1:<http_port>."""
 
@@ -107,13 +118,7 @@ class Server:
             return False
 
     def http(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError:
-            return 0, ""
+        return http_get(self.http_port, path)
 
     def query(self, qname: str, qtype: str = "A", *, tcp: bool = False, timeout: float = 2, **kw) -> dns.message.Message:
         q = dns.message.make_query(qname, qtype, **kw)

@@ -12,12 +12,10 @@ import os
 import re
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testsupport.serverproc import free_port
+from testsupport.serverproc import free_port, http_get
 
 import dns.exception
 import dns.message
@@ -125,13 +123,7 @@ class CoreDNS:
             return False
 
     def ready(self) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ready_port}/ready", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode()
-        except OSError:
-            return 0, ""
+        return http_get(self.ready_port, "/ready")
 
     def tail(self, lines: int = 40) -> str:
         return self.process.tail(lines) if self.process else ""
