@@ -12,46 +12,12 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 
 from . import __version__
-from .config import Config, ConfigError, parse_hostport, parse_upstreams
+from .config import Config, ConfigError
+from .options import add_serve_arguments, config_values
 
 log = logging.getLogger("mcsdns")
-
-
-def _hostport(default_port: int):
-    def parse(text: str) -> tuple[str, int]:
-        try:
-            return parse_hostport(text, default_port)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parse
-
-
-def _seconds(text: str) -> float:
-    """`5`, `5s`, `500ms`, `2m` -> seconds (CoreDNS-style durations accepted)."""
-    t = text.strip().lower()
-    try:
-        if t.endswith("ms"):
-            return float(t[:-2]) / 1000
-        if t.endswith("s"):
-            return float(t[:-1])
-        if t.endswith("m"):
-            return float(t[:-1]) * 60
-        if t.endswith("h"):
-            return float(t[:-1]) * 3600
-        return float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 5s, 500ms, 10m)") from None
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,83 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the Kubernetes Multi-Cluster Services DNS zone (clusterset.local) over UDP and TCP, "
         "from manifest files or a live cluster. Option names follow CoreDNS's kubernetes plugin where one exists.",
     )
-    src = s.add_argument_group("sources")
-    src.add_argument("--manifests", metavar="PATH", action="append", type=Path, default=[],
-                     help="file or directory of Kubernetes YAML/JSON manifests (repeatable); re-read on change and on SIGHUP. "
-                     "Without it and without a cluster, the bundled example cluster set is served")
-    src.add_argument("--kubeconfig", metavar="PATH", type=Path, default=None,
-                     help="watch the cluster of this kubeconfig (CoreDNS `kubeconfig`); in a pod the service account is used")
-    src.add_argument("--context", metavar="NAME", default=None, help="kubeconfig context to use")
-    src.add_argument("--labels", metavar="SELECTOR", default=None,
-                     help="label selector that MCS EndpointSlices must also match (CoreDNS `labels`)")
-    src.add_argument("--resync", metavar="DURATION", type=_seconds, default=600.0,
-                     help="full relist period that heals any missed watch event (default 10m; 0 disables)")
-    src.add_argument("--startup-timeout", metavar="DURATION", type=_seconds, default=5.0,
-                     help="how long to wait for the initial sync before answering at all (CoreDNS `startup_timeout`; default 5s)")
-    src.add_argument("--delete-grace", metavar="DURATION", type=_seconds, default=0.0,
-                     help="Kubernetes API source: keep answering for a deleted ServiceImport this long, so one deleted and re-created within it "
-                     "never answers NXDOMAIN (0..60s; default 0: removed at once, as CoreDNS does)")
-    dns = s.add_argument_group("DNS")
-    dns.add_argument("--listen", metavar="HOST:PORT", action="append", type=_hostport(53), default=[],
-                     help="address for DNS over UDP and TCP, [::1]:5353 for IPv6 (repeatable; default 127.0.0.1:5353)")
-    dns.add_argument("--zone", metavar="NAME", action="append", default=[],
-                     help="zone to serve as a multicluster zone (repeatable; default clusterset.local)")
-    dns.add_argument("--ttl", metavar="SECONDS", type=_int, default=5, help="TTL of every record, 0..3600 (CoreDNS `ttl`; default 5)")
-    dns.add_argument("--namespaces", metavar="NS,...", default=None,
-                     help="expose only these namespaces (CoreDNS `namespaces`); default all")
-    dns.add_argument("--ns-address", metavar="IP", action="append", default=[],
-                     help="address(es) answered for ns.dns.<zone> and the apex NS (default: POD_IP(S), else the listen address)")
-    dns.add_argument("--loadbalance", metavar="POLICY", nargs="?", const="round_robin", default="off",
-                     help="round_robin (or a bare --loadbalance): each reply for a name with several addresses lists its "
-                     "A/AAAA records starting one further on, so clients that take the first address spread over all of "
-                     "them (CoreDNS `loadbalance`); the set of records, the other sections and SRV answers do not change. "
-                     "off (default): a stable order")
-    dns.add_argument("--local-cluster", metavar="ID|auto", default=None,
-                     help="list this cluster's endpoints first: headless A/AAAA answers hold the same addresses with "
-                     "those whose slice's multicluster.kubernetes.io/source-cluster is ID first, and SRV records get "
-                     "priority 0 (local) or 10 (remote). auto: the id is the spec.value of the KEP-2149 ClusterProperty "
-                     "cluster.clusterset.k8s.io (about.k8s.io), watched (needs list/watch on clusterproperties: "
-                     "deploy/components/local-cluster-auto) or read from the manifests. Default off: CoreDNS's answers")
-    dns.add_argument("--reverse-cidr", metavar="CIDR", action="append", default=[],
-                     help="answer PTR queries for the addresses of this CIDR (repeatable): authoritative for its "
-                     "in-addr.arpa/ip6.arpa zones (split on octet/nibble boundaries), PTR for every ClusterSetIP and "
-                     "ready headless endpoint address, NXDOMAIN for the rest. Default none: reverse names are forwarded")
-    dns.add_argument("--dns-sd", action="store_true",
-                     help="also answer DNS-SD browsing (RFC 6763): PTR b._dns-sd._udp.<zone> lists the namespaces with "
-                     "imports, PTR _services._dns-sd._udp.<ns>.svc.<zone> their named ports, PTR _<port>._<proto>.<ns>.svc.<zone> "
-                     "the service instances (each with SRV and an empty TXT). Off by default: those names then answer as in CoreDNS")
-    dns.add_argument("--max-tcp-connections", metavar="N", type=_int, default=1000,
-                     help="open DNS-over-TCP connections at once; beyond it new ones are closed at once")
-    dns.add_argument("--tcp-idle-timeout", metavar="DURATION", type=_seconds, default=10.0,
-                     help="close a TCP connection that sends no complete query (or reads no reply) for this long")
-    dns.add_argument("--tcp-max-queries", metavar="N", type=_int, default=0,
-                     help="queries per TCP connection before it is closed (after the replies); 0 = no limit")
-    fwd = s.add_argument_group("forwarding")
-    fwd.add_argument("--upstream", metavar="HOST[:PORT]", action="append", default=[],
-                     help="upstream for names outside the zones (repeatable); default: /etc/resolv.conf; `none` refuses them")
-    fwd.add_argument("--upstream-timeout", metavar="DURATION", type=_seconds, default=2.0,
-                     help="per-query upstream timeout, then SERVFAIL (default 2s)")
-    fwd.add_argument("--policy", metavar="POLICY", default="random", choices=("random", "round_robin", "sequential"),
-                     help="upstream selection policy: random (default), round_robin or sequential (CoreDNS forward `policy`)")
-    fwd.add_argument("--max-concurrent", metavar="N", type=_int, default=1000,
-                     help="in-flight forwarded queries; beyond it REFUSED (CoreDNS forward `max_concurrent`; default 1000)")
-    fwd.add_argument("--forward-0x20", action="store_true",
-                     help="dns-0x20: send each forwarded name with its letters in random case and accept only replies "
-                     "that echo that spelling exactly (more to guess for a forger); the client gets its own spelling back. "
-                     "Off by default: an upstream that does not preserve case would have every reply dropped")
-    ops = s.add_argument_group("operations")
-    ops.add_argument("--http-listen", metavar="HOST:PORT", type=_hostport(9153), default=("127.0.0.1", 9153),
-                     help="admin HTTP listener for /health, /ready, /metrics, /imports and /explain (default 127.0.0.1:9153; "
-                     "`mcsdns imports` and `mcsdns explain` ask it)")
-    ops.add_argument("--lameduck", metavar="DURATION", type=_seconds, default=5.0,
-                     help="after SIGTERM, keep answering this long while /ready reports 503 (default 5s)")
-    ops.add_argument("--log-level", metavar="LEVEL", default="INFO", type=str.upper,
-                     choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="DEBUG, INFO (default), WARNING or ERROR")
-    ops.add_argument("--log-queries", action="store_true", help="log one line per query (CoreDNS log format)")
-    ops.add_argument("--workers", metavar="N", type=_int, default=1,
-                     help="processes answering DNS on the same --listen ports (SO_REUSEPORT), each with its own watch "
-                     "or manifest reader, as CoreDNS replicas are; worker K serves /health, /ready and its own /metrics "
-                     "on the --http-listen port + K. The parent forwards SIGTERM/SIGINT/SIGHUP and restarts a worker that dies")
+    add_serve_arguments(s)  # every flag, declared once in options.py
     from .zonefile import add_arguments as zone_arguments
 
     zone_arguments(sub.add_parser(
@@ -155,46 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    namespaces = None
-    if args.namespaces is not None:
-        namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
-        if not namespaces:
-            raise ConfigError("--namespaces: give at least one namespace")
-    upstreams = parse_upstreams(args.upstream)
-    zones = tuple(z.lower().rstrip(".") for z in args.zone) or ("clusterset.local",)
-    in_cluster = args.kubeconfig is None and not args.manifests and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    return Config(
-        manifests=tuple(args.manifests),
-        kubeconfig=args.kubeconfig,
-        context=args.context,
-        in_cluster=in_cluster,
-        labels=args.labels,
-        resync=args.resync,
-        startup_timeout=args.startup_timeout,
-        delete_grace=args.delete_grace,
-        listen=tuple(args.listen) or (("127.0.0.1", 5353),),
-        zones=tuple(dict.fromkeys(zones)),
-        ttl=args.ttl,
-        namespaces=namespaces,
-        ns_addresses=tuple(args.ns_address),
-        loadbalance=args.loadbalance,
-        local_cluster=args.local_cluster,
-        reverse_cidrs=tuple(args.reverse_cidr),
-        dns_sd=args.dns_sd,
-        max_tcp_connections=args.max_tcp_connections,
-        tcp_idle_timeout=args.tcp_idle_timeout,
-        tcp_max_queries=args.tcp_max_queries,
-        http_listen=args.http_listen,
-        upstreams=upstreams,
-        upstream_timeout=args.upstream_timeout,
-        upstream_policy=args.policy,
-        max_concurrent=args.max_concurrent,
-        forward_0x20=args.forward_0x20,
-        lameduck=args.lameduck,
-        log_level=args.log_level,
-        log_queries=args.log_queries,
-        workers=args.workers,
-    ).validate()
+    """The parsed `serve` flags -> a validated Config (ConfigError names the flag, value and range)."""
+    values = config_values(args)
+    in_cluster = values["kubeconfig"] is None and not values["manifests"] and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    return Config(in_cluster=in_cluster, **values).validate()
 
 
 def main(argv: list[str] | None = None) -> int:
