@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -196,7 +197,7 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "cluster.clusterset.k8s.io (about.k8s.io), watched (needs list/watch on clusterproperties: "
         "deploy/components/local-cluster-auto) or read from the manifests. Default off: CoreDNS's answers",
         doc="headless answers list cluster `ID`'s endpoints first, SRV priority 0 local / 10 remote; `auto` reads the "
-        "KEP-2149 ClusterProperty (see [below](#local-cluster-first-reverse-lookups-propagation-metric))",
+        "KEP-2149 ClusterProperty (the component `deploy/components/local-cluster-auto` grants its watch)",
         shown_default="off"),
     Option(
         "--reverse-cidr", "reverse_cidrs", DNS, metavar="CIDR", repeatable=True,
@@ -210,8 +211,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         help="also answer DNS-SD browsing (RFC 6763): PTR b._dns-sd._udp.<zone> lists the namespaces with "
         "imports, PTR _services._dns-sd._udp.<ns>.svc.<zone> their named ports, PTR _<port>._<proto>.<ns>.svc.<zone> "
         "the service instances (each with SRV and an empty TXT). Off by default: those names then answer as in CoreDNS",
-        doc="also answer DNS-SD browsing (RFC 6763) over the imports: see "
-        "[What is imported here?](#what-is-imported-here)", shown_default="off"),
+        doc="also answer DNS-SD browsing (RFC 6763) over the imports "
+        "(README: [What is imported here?](#what-is-imported-here))", shown_default="off"),
     Option(
         "--max-tcp-connections", "max_tcp_connections", DNS, metavar="N", parse=integer,
         help="open DNS-over-TCP connections at once; beyond it new ones are closed at once",
@@ -227,7 +228,7 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option(
         "--upstream", "upstreams", FORWARDING, metavar="HOST[:PORT]", repeatable=True, convert=parse_upstreams,
         help="upstream for names outside the zones (repeatable); default: /etc/resolv.conf; `none` refuses them",
-        doc="where other names go (repeatable); `none` refuses them", shown_default="`/etc/resolv.conf`"),
+        doc="where other names go (repeatable); `none` refuses them", shown_default="the servers of `/etc/resolv.conf`"),
     Option(
         "--upstream-timeout", "upstream_timeout", FORWARDING, metavar="DURATION", parse=seconds,
         help="per-query upstream timeout, then SERVFAIL (default 2s)",
@@ -310,7 +311,8 @@ def config_values(args: argparse.Namespace, options: tuple[Option, ...] = SERVE_
 
 README_BEGIN = "<!-- flags: generated from mcsdns/options.py by `python -m mcsdns.options --readme README.md` -->"
 README_END = "<!-- end of flags -->"
-FLAGS_BEGIN = "# Every flag (generated from mcsdns/options.py by `python -m mcsdns.options --flags-file <this file>`):"
+FLAGS_BEGIN = ("# Every flag, its default and meaning (generated from mcsdns/options.py by\n"
+               "# `python -m mcsdns.options --flags-file deploy/base/mcsdns.flags`):")
 FLAGS_END = "# (end of the generated flag list)"
 
 
@@ -332,7 +334,8 @@ def flags_reference(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
     """The comment block of deploy/base/mcsdns.flags that lists every flag, its default and meaning."""
     lines = [FLAGS_BEGIN]
     for opt in options:
-        lines.append(f"#   {opt.usage()}  (default {_plain(opt.shown_default)}): {_plain(opt.doc)}")
+        lines.append(f"#   {opt.usage()}  (default: {_plain(opt.shown_default)})")
+        lines += textwrap.wrap(_plain(opt.doc), 100, initial_indent="#       ", subsequent_indent="#       ")
     return "\n".join(lines + [FLAGS_END])
 
 
