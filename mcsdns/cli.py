@@ -15,7 +15,7 @@ import sys
 
 from . import __version__
 from .config import Config, ConfigError
-from .options import add_serve_arguments, config_values
+from .options import add_arguments, config_values
 
 log = logging.getLogger("mcsdns")
 
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the Kubernetes Multi-Cluster Services DNS zone (clusterset.local) over UDP and TCP, "
         "from manifest files or a live cluster. Option names follow CoreDNS's kubernetes plugin where one exists.",
     )
-    add_serve_arguments(s)  # every flag, declared once in options.py
+    add_arguments(s)  # every flag, declared once in options.py
     from .zonefile import add_arguments as zone_arguments
 
     zone_arguments(sub.add_parser(

@@ -1,6 +1,6 @@
 """Every `mcsdns serve` flag, declared once.
 
-From `SERVE_OPTIONS` come the argparse flags (`add_serve_arguments`), the
+From `SERVE_OPTIONS` come the argparse flags (`add_arguments`; `mcsdns zone` takes a `subset`), the
 argparse -> `Config` mapping (`config_values`), the README's flags table and
 the flag reference in `deploy/base/mcsdns.flags` (both rewritten by
 `python -m mcsdns.options --readme README.md --flags-file deploy/base/mcsdns.flags`
@@ -280,11 +280,19 @@ SERVE_OPTIONS: tuple[Option, ...] = (
 # --------------------------------------------------------------------------- the parser and the Config
 
 
-def add_serve_arguments(parser: argparse.ArgumentParser, options: tuple[Option, ...] = SERVE_OPTIONS) -> None:
-    """The flags of `mcsdns serve`, in their --help groups, in declaration order."""
+def subset(flags: tuple[str, ...], helps: dict[str, str] | None = None) -> tuple[Option, ...]:
+    """These flags of `serve` (for another subcommand), with its own help where serve's would mislead."""
+    by_flag = {opt.flag: opt for opt in SERVE_OPTIONS}
+    return tuple(dataclasses.replace(by_flag[f], help=(helps or {}).get(f, by_flag[f].help)) for f in flags)
+
+
+def add_arguments(parser: argparse.ArgumentParser, options: tuple[Option, ...] = SERVE_OPTIONS, grouped: bool = True) -> None:
+    """The flags, in declaration order; `grouped`: in their --help groups (as `serve` shows them)."""
     groups: dict[str, Any] = {}
     for opt in options:
-        group = groups.get(opt.group) or groups.setdefault(opt.group, parser.add_argument_group(opt.group))
+        group = parser
+        if grouped:
+            group = groups.get(opt.group) or groups.setdefault(opt.group, parser.add_argument_group(opt.group))
         if opt.metavar is None:
             group.add_argument(opt.flag, action="store_true", help=opt.help)
             continue

@@ -27,14 +27,13 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TextIO
 
 from dnslib import AAAA, NS, QTYPE, RR, SOA, SRV, TXT, A, DNSLabel
 from prometheus_client import CollectorRegistry
 
 from . import compile as zone
-from . import vocab
+from . import options, vocab
 from .config import Config, ConfigError, advertised_addresses
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
@@ -155,20 +154,19 @@ def run(config: Config, out: TextIO, timeout: float = 30.0) -> int:
     return write_zone(out, table, name, ns_addresses, config.describe_source())
 
 
+# The source and zone flags of `serve`, declared there; the help says what differs for a one-off print.
+ZONE_OPTIONS = options.subset(
+    ("--manifests", "--kubeconfig", "--context", "--labels", "--ttl", "--namespaces", "--ns-address"),
+    {"--manifests": "file or directory of manifests (repeatable); default: the bundled example",
+     "--kubeconfig": "list the cluster of this kubeconfig once instead",
+     "--ns-address": "address(es) of ns.dns.<zone> (default: POD_IP(S), else 127.0.0.1)"},
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `zone` subcommand's flags: the source and zone flags of `serve`, with the same meaning."""
-    parser.add_argument("--manifests", metavar="PATH", action="append", type=Path, default=[],
-                        help="file or directory of manifests (repeatable); default: the bundled example")
-    parser.add_argument("--kubeconfig", metavar="PATH", type=Path, default=None,
-                        help="list the cluster of this kubeconfig once instead")
-    parser.add_argument("--context", metavar="NAME", default=None, help="kubeconfig context to use")
-    parser.add_argument("--labels", metavar="SELECTOR", default=None,
-                        help="label selector that MCS EndpointSlices must also match (as for serve)")
+    options.add_arguments(parser, ZONE_OPTIONS, grouped=False)
     parser.add_argument("--zone", metavar="NAME", default="clusterset.local", help="zone to print (default clusterset.local)")
-    parser.add_argument("--ttl", metavar="SECONDS", type=int, default=5, help="TTL of every record, 0..3600 (default 5)")
-    parser.add_argument("--namespaces", metavar="NS,...", default=None, help="expose only these namespaces")
-    parser.add_argument("--ns-address", metavar="IP", action="append", default=[],
-                        help="address(es) of ns.dns.<zone> (default: POD_IP(S), else 127.0.0.1)")
     parser.add_argument("--timeout", metavar="SECONDS", type=float, default=30.0,
                         help="with --kubeconfig: give up if the first list is not complete after this long (default 30)")
 
@@ -176,13 +174,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Exit codes as for serve: 0 printed, 1 the source could not be read, 2 bad flags."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    namespaces = None
-    if args.namespaces is not None:
-        namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip()) or None
     try:
-        config = Config(manifests=tuple(args.manifests), kubeconfig=args.kubeconfig, context=args.context,
-                        labels=args.labels, zones=(args.zone.lower().rstrip("."),), ttl=args.ttl,
-                        namespaces=namespaces, ns_addresses=tuple(args.ns_address)).validate()
+        config = Config(zones=(args.zone.lower().rstrip("."),), **options.config_values(args, ZONE_OPTIONS)).validate()
         if not 0 < args.timeout <= 3600:
             raise ConfigError(f"--timeout must be in range (0, 3600] seconds: {args.timeout}")
     except ConfigError as exc:
