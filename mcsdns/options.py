@@ -290,7 +290,7 @@ def add_arguments(parser: argparse.ArgumentParser, options: tuple[Option, ...] =
     """The flags, in declaration order; `grouped`: in their --help groups (as `serve` shows them)."""
     groups: dict[str, Any] = {}
     for opt in options:
-        group = parser
+        group: Any = parser
         if grouped:
             group = groups.get(opt.group) or groups.setdefault(opt.group, parser.add_argument_group(opt.group))
         if opt.metavar is None:
