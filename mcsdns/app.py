@@ -72,9 +72,10 @@ class App:
 
     def _make_source(self):
         if self.config.uses_api and not self.config.manifests:
+            from .config import kube_settings
             from .sources.kube import KubeSource
 
-            return KubeSource(self.config, self.store, self.metrics)
+            return KubeSource(kube_settings(self.config), self.store, self.metrics)
         paths = list(self.config.manifests) or default_paths()
         if not self.config.manifests:
             log.info("no --manifests and no cluster: serving the bundled example cluster set from %s", paths[0])

@@ -13,9 +13,12 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from .reverse import MAX_ZONES, ReverseError, zone_networks
+
+if TYPE_CHECKING:
+    from .sources.kube import KubeSettings
 
 
 class ConfigError(ValueError):
@@ -224,3 +227,12 @@ def advertised_addresses(config: Config) -> tuple[str, ...]:
         if host not in out:
             out.append(host)
     return tuple(out)
+
+
+def kube_settings(config: Config) -> KubeSettings:
+    """What the Kubernetes source reads of `config`, built here so the sources never import the
+    configuration (which knows the DNS side: zones, reverse CIDRs)."""
+    from .sources.kube import KubeSettings
+
+    return KubeSettings(config.kubeconfig, config.context, config.in_cluster, config.labels,
+                        config.local_cluster == "auto", config.resync, config.delete_grace)

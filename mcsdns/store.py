@@ -7,11 +7,9 @@ that change nothing DNS can see (a resync, a status update, a re-read file)
 produce no notification; an unchanged object is dropped at once and the stored
 one kept, so a relist allocates nothing lasting for it.
 
-A relist is applied page by page, mark and sweep: take the kind's `keys`,
-`upsert` each page (striking its keys off), then `replace` with the last page,
-which deletes only the keys no page contained. Until that sweep every object not
-yet re-listed stays in service, so answers during a relist are the new state
-or the previous one, never a loss.
+A list of a whole kind (a relist) is applied by relist.Relist, mark and sweep:
+it takes the kind's `keys`, `upsert`s each page, and ends with an `upsert` of the
+last page that also deletes the keys no page contained.
 """
 
 from __future__ import annotations
@@ -96,43 +94,17 @@ class Store:
         self._delete(kind, namespace, name, changes)
         self._emit(changes)
 
-    def upsert(self, objects: Iterable[Object], unseen: set[tuple[str, str]] | None = None) -> None:
-        """Apply a batch (one page of a list) with one notification; strike each key off `unseen`."""
+    def upsert(self, objects: Iterable[Object], kind: str = "", gone: Iterable[tuple[str, str]] = ()) -> None:
+        """Apply a batch (a page of a list), then delete the `gone` keys of `kind`, with one notification."""
         changes = Changes()
         for obj in objects:
-            if unseen is not None:
-                unseen.discard(_key(obj))
             self._apply(obj, changes)
-        self._emit(changes)
-
-    def replace(
-        self,
-        kind: str,
-        objects: Iterable[Object],
-        keep: Iterable[tuple[str, str]] = (),
-        unseen: set[tuple[str, str]] | None = None,
-    ) -> None:
-        """Make `kind` hold exactly what a list returned: `objects`, plus the old versions of `keep`.
-
-        `keep` names objects that exist but failed validation this time: their
-        last good version stays in service (nothing already known is lost).
-        For a list read in pages, `objects` is its last page and `unseen` the
-        `keys(kind)` taken before its first page, struck off by `upsert` page by
-        page (it is consumed). One notification covers the applies and the deletes.
-        """
-        changes = Changes()
-        if unseen is None:
-            unseen = self.keys(kind)
-        unseen.difference_update(keep)
-        for obj in objects:
-            unseen.discard(_key(obj))
-            self._apply(obj, changes)
-        for namespace, name in unseen:
+        for namespace, name in gone:
             self._delete(kind, namespace, name, changes)
         self._emit(changes)
 
     def keys(self, kind: str) -> set[tuple[str, str]]:
-        """The keys of `kind` now (a new set; the mark of a mark-and-sweep relist)."""
+        """The keys of `kind` now (a new set: the mark of a relist, see relist.py)."""
         if kind == "ServiceImport":
             return set(self.imports)
         if kind == "EndpointSlice":
@@ -228,7 +200,8 @@ class Store:
             self.listener(changes)
 
 
-def _key(obj: Object) -> tuple[str, str]:
+def key_of(obj: Object) -> tuple[str, str]:
+    """(namespace, name); namespace "" for the cluster-scoped kinds (as `keys` and `delete` take them)."""
     if isinstance(obj, (Namespace, ClusterProperty)):
         return ("", obj.name)
     return (obj.namespace, obj.name)

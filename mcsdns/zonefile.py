@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from . import compile as zone
 from . import options, vocab
-from .config import Config, ConfigError, advertised_addresses
+from .config import Config, ConfigError, advertised_addresses, kube_settings
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
 from .table import Table, TableConfig
@@ -127,7 +127,7 @@ def _list_once(config: Config, store: Store, timeout: float) -> None:
     from .metrics import Metrics
     from .sources.kube import KubeSource
 
-    source = KubeSource(config, store, Metrics(CollectorRegistry()))
+    source = KubeSource(kube_settings(config), store, Metrics(CollectorRegistry()))
 
     async def run() -> None:
         stop = asyncio.Event()

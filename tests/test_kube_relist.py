@@ -21,11 +21,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kube_server import ES_API, MCS, NXDOMAIN, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
-from mcsdns.config import Config
 from mcsdns.metrics import Metrics
 from mcsdns.objects import Address, EndpointSlice, Namespace, Port, ServiceImport
 from mcsdns.resolve import Resolver
-from mcsdns.sources.kube import KubeSource
+from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.watching import PAGE_SIZE, Listed, ListedPage, Problem, Upserted
 from mcsdns.store import Store
 from mcsdns.table import Table
@@ -37,7 +36,7 @@ Z = "clusterset.local"
 
 def pipeline() -> tuple[KubeSource, Store, Table, Resolver]:
     table = build_table(zones=(Z,))
-    return KubeSource(Config(), table.store, Metrics(CollectorRegistry())), table.store, table, Resolver(table)
+    return KubeSource(KubeSettings(), table.store, Metrics(CollectorRegistry())), table.store, table, Resolver(table)
 
 
 def imp(name: str, ip: str) -> ServiceImport:
@@ -80,7 +79,7 @@ def test_a_relist_in_pages_deletes_only_at_its_end() -> None:
     assert set(store.imports) == {("ns", "a"), ("ns", "c"), ("ns", "d")}
     assert answer(resolver, "b") == NXDOMAIN
     assert answer(resolver, "d") == a("10.0.0.4")
-    assert state.listing is None and not state.paging
+    assert state.relist is None
 
 
 def test_rejected_objects_of_a_paged_relist_keep_their_last_good_version() -> None:

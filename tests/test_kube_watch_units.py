@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 from kubernetes.client import Configuration
 
-from mcsdns.config import Config
 from mcsdns.objects import ServiceImport
 from mcsdns.sources import kubeapi, watching
-from mcsdns.sources.kube import KubeSource
+from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.watching import (
     Backoff,
     Bookmark,
@@ -218,7 +217,7 @@ class FakeMetrics:
 
 def test_source_keeps_the_last_good_version_and_reports_problems(caplog: pytest.LogCaptureFixture) -> None:
     store, metrics = Store(), FakeMetrics()
-    source = KubeSource(Config(), store, metrics)
+    source = KubeSource(KubeSettings(), store, metrics)
     state = source.states["ServiceImport"]
     good = ServiceImport("ns", "a", False, ("10.0.0.1",), ())
     source._handle(state, Problem("forbidden", 'forbidden (User "x" cannot list)', 1.0))
@@ -256,7 +255,7 @@ def test_run_returns_promptly_when_stopped(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr("mcsdns.sources.kube.SHUTDOWN_GRACE", 0.2)
 
     async def main() -> float:
-        source = KubeSource(Config(), Store(), FakeMetrics())
+        source = KubeSource(KubeSettings(), Store(), FakeMetrics())
         stop = asyncio.Event()
         task = asyncio.create_task(source.run(stop))
         await asyncio.sleep(0.1)

@@ -6,11 +6,11 @@ own daemon thread; its events come back to the event loop through
 the record table). That split keeps the DNS path free of blocking I/O and of
 locks.
 
-A list is applied page by page (mark and sweep, see store.py): the kind's
-keys are taken when its first page arrives, each page's objects go into the
-store as it arrives and strike their keys off, and the end of the list deletes
-the keys left. Until then objects not re-listed yet stay in service, so a
-relist never takes an answer away that it does not end up removing. The
+A list is applied page by page by a relist.Relist (mark and sweep): the
+kind's keys are taken when its first page arrives, each page's objects go into
+the store as it arrives and strike their keys off, and the end of the list
+deletes the keys left. Until then objects not re-listed yet stay in service, so
+a relist never takes an answer away that it does not end up removing. The
 thread waits for a page to be applied before handing over the next, so at
 most two pages of new objects exist besides the store's own: a relist of 50k
 objects never holds a second copy of them.
@@ -24,7 +24,10 @@ Failure policy, resource by resource:
   * an object DNS cannot represent is logged, counted and skipped, and its
     last good version stays in service;
   * with --delete-grace, a deleted ServiceImport keeps its answers for that
-    long and a re-creation within it takes over without a gap (below).
+    long and a re-creation within it takes over without a gap (relist.DeleteGrace).
+
+What the source reads of the configuration is a `KubeSettings`, built once from
+the `Config` by `config.kube_settings` (the sources never import the DNS side).
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Callable
 
-from ..config import Config
 from ..objects import ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport, report_omitted
+from ..relist import DeleteGrace, Relist
 from ..store import Store
 from .kubeapi import ApiConnection, load_configuration
 from .watching import (
@@ -45,7 +49,6 @@ from .watching import (
     Deleted,
     Event,
     Expired,
-    Key,
     Listed,
     ListedPage,
     Problem,
@@ -61,6 +64,19 @@ from .watching import (
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 2.0  # seconds to wait for watch threads after interrupting them (they are daemons anyway)
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """What the Kubernetes source reads of the configuration (built once by `config.kube_settings`)."""
+
+    kubeconfig: Path | None = None  # --kubeconfig
+    context: str | None = None  # --context
+    in_cluster: bool = False  # the pod's service account (no --kubeconfig in a pod)
+    labels: str | None = None  # --labels: ANDed onto the MCS EndpointSlice selector
+    cluster_properties: bool = False  # --local-cluster auto: watch the KEP-2149 ClusterProperties too
+    resync: float = 600.0  # --resync: seconds between full relists; 0 disables
+    delete_grace: float = 0.0  # --delete-grace: seconds a deleted ServiceImport keeps answering; 0: at once
 
 
 class SourceCrashed(RuntimeError):
@@ -85,13 +101,8 @@ class ResourceState:
     rejections: dict[tuple[str, str], str] = field(default_factory=dict)
     # Objects served without a part DNS cannot represent (decision 12), by object: reported once per version.
     omissions: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
-    # A list read in pages is in progress (pages applied, its end not seen yet); the keys held
-    # before it that no page has listed yet (deleted at its end; None: no sweep), the keys it
-    # rejected, how many objects it had.
-    paging: bool = False
-    listing: set[Key] | None = None
-    listing_keep: set[Key] = field(default_factory=set)
-    listing_count: int = 0
+    # A list read in pages is in progress: pages applied, its end (the sweep) not seen yet.
+    relist: Relist | None = None
     # Taken by the thread before it hands over a page, released once the loop applied it.
     page_slot: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(1))
 
@@ -106,24 +117,24 @@ class ResourceState:
 class KubeSource:
     """Feeds the store from the API server; `run(stop)` returns promptly once `stop` is set."""
 
-    def __init__(self, config: Config, store: Store, metrics: Any) -> None:
-        self.config = config
+    def __init__(self, settings: KubeSettings, store: Store, metrics: Any) -> None:
+        self.settings = settings
         self.store = store
         self.metrics = metrics
-        auto = config.local_cluster == "auto"
-        self.states = {r.kind: ResourceState(r) for r in resources(config.labels, cluster_properties=auto)}
+        self.states = {r.kind: ResourceState(r) for r in resources(settings.labels, settings.cluster_properties)}
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._crashed: BaseException | None = None
         self._crash = asyncio.Event()
-        # --delete-grace: ServiceImports deleted by the API but still served, with the timer that removes them.
-        self._pending_deletes: dict[Key, asyncio.TimerHandle] = {}
+        # --delete-grace: ServiceImports deleted by the API but still served; timers run on the loop.
+        self.grace = DeleteGrace(settings.delete_grace, self._call_later)
 
     # ----------------------------------------------------------------- lifecycle
 
     async def run(self, stop: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
-        configuration = load_configuration(self.config.kubeconfig, self.config.context, self.config.in_cluster)
+        settings = self.settings
+        configuration = load_configuration(settings.kubeconfig, settings.context, settings.in_cluster)
         conn = ApiConnection(configuration)
         log.info("watching the Kubernetes API at %s", conn.host)
         for state in self.states.values():
@@ -142,7 +153,7 @@ class KubeSource:
             await self._shutdown(conn)
 
     def _start(self, state: ResourceState, conn: ApiConnection) -> None:
-        state.watcher = Watcher(conn, state.resource, self._stop, resync=self.config.resync)
+        state.watcher = Watcher(conn, state.resource, self._stop, resync=self.settings.resync)
         state.thread = threading.Thread(
             target=self._pump, args=(state,), name=f"watch-{state.resource.plural}", daemon=True
         )
@@ -235,10 +246,10 @@ class KubeSource:
             case Bookmark():
                 self.metrics.last_sync = time.monotonic()
             case Problem():
-                self._end_listing(state)  # a list cut short never sweeps: what it upserted stays
+                state.relist = None  # a list cut short never sweeps: what it upserted stays
                 self._problem(state, event)
             case Expired():
-                self._end_listing(state)
+                state.relist = None
                 log.info("%s: watch expired (410 Gone: %s); relisting", state.resource.kind, event.message)
             case UsingVersion():
                 if event.api_version != state.api_version:
@@ -247,41 +258,19 @@ class KubeSource:
 
     def _page(self, state: ResourceState, event: ListedPage) -> None:
         """One page of a longer list: upsert it, striking its keys off; the end of the list sweeps."""
-        self._recreated(event.objects)
-        if event.first:
-            state.paging, state.listing = True, self.store.keys(state.resource.kind)
-            state.listing_keep, state.listing_count = set(), 0
-        elif not state.paging:  # the start of this list was not seen: apply it, but never sweep
-            state.paging, state.listing = True, None
-            state.listing_keep, state.listing_count = set(), 0
-        if state.listing is not None:
-            state.listing.difference_update(event.keep)
-        state.listing_keep.update(event.keep)
-        state.listing_count += len(event.objects)
+        if event.first or state.relist is None:  # a page whose list start was not seen: applied, never swept
+            state.relist = Relist(self.store, state.resource.kind, sweep=event.first, grace=self.grace)
         self._omitted(state, event.objects)
-        self.store.upsert(event.objects, state.listing)
-
-    def _end_listing(self, state: ResourceState) -> None:
-        state.paging, state.listing = False, None
-        state.listing_keep, state.listing_count = set(), 0
+        state.relist.page(event.objects, event.keep)
 
     def _listed(self, state: ResourceState, event: Listed) -> None:
-        """The end of a list (its last page): delete whatever the list did not contain (sweep)."""
+        """The end of a list (its last page, or the whole of a list of one page): the sweep."""
         kind = state.resource.kind
-        keep = set(event.keep)
-        count = len(event.objects)
+        relist = state.relist or Relist(self.store, kind, grace=self.grace)
+        state.relist = None
         self._omitted(state, event.objects)
-        self._recreated(event.objects)
-        if not state.paging:
-            self.store.replace(kind, event.objects, event.keep)  # the whole list in one page
-        else:
-            keep |= state.listing_keep
-            count += state.listing_count
-            if state.listing is not None:
-                self.store.replace(kind, event.objects, event.keep, state.listing)
-            else:
-                self.store.upsert(event.objects)
-            self._end_listing(state)
+        relist.finish(event.objects, event.keep)
+        keep, count = relist.rejected, relist.count
         state.rejections = {k: v for k, v in state.rejections.items() if k in keep}
         self.metrics.relists[state.resource.plural] += 1
         self.metrics.last_sync = time.monotonic()
@@ -299,7 +288,7 @@ class KubeSource:
         obj = event.obj
         state.rejections.pop(("" if isinstance(obj, Namespace) else obj.namespace, obj.name), None)
         self._omitted(state, (obj,))
-        self._recreated((obj,))
+        self.grace.seen((obj,))
         visible = self._changes_answers(obj)
         self.store.apply(obj)
         # Slices carrying the trigger-time annotation are measured by the table from that time.
@@ -310,8 +299,8 @@ class KubeSource:
         kind = state.resource.kind
         state.rejections.pop(event.key, None)
         state.omissions.pop(event.key, None)
-        if kind == "ServiceImport" and self.config.delete_grace > 0 and event.key in self.store.imports:
-            self._defer_delete(event)
+        if kind == DeleteGrace.KIND and self.grace.seconds > 0 and event.key in self.store.imports:
+            self.grace.defer(event.key, lambda: self._grace_over(event))
         else:
             self._delete(kind, event)
 
@@ -337,35 +326,13 @@ class KubeSource:
 
     # ----------------------------------------------------------------- --delete-grace (loop thread)
 
-    def _defer_delete(self, event: Deleted) -> None:
-        """Remove a deleted ServiceImport only once --delete-grace has passed without its re-creation.
-
-        An MCS controller that replaces an import (delete, then create: a conflict being
-        resolved, a migration) would otherwise make its name answer NXDOMAIN in between,
-        and clients cache that NXDOMAIN for the SOA's negative TTL. CoreDNS removes it at
-        once, so this is opt-in (project decision 13). A re-creation (a watch event or a
-        relist holding the key again) cancels the removal and its answers take over; a
-        relist that no longer holds it removes it at once.
-        """
+    def _call_later(self, seconds: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
         assert self._loop is not None
-        pending = self._pending_deletes.pop(event.key, None)
-        if pending is not None:
-            pending.cancel()
-        self._pending_deletes[event.key] = self._loop.call_later(self.config.delete_grace, self._grace_over, event)
+        return self._loop.call_later(seconds, callback)
 
     def _grace_over(self, event: Deleted) -> None:
-        if self._pending_deletes.pop(event.key, None) is not None and not self._stop.is_set():
-            self._delete("ServiceImport", event)
-
-    def _recreated(self, objects: Iterable[Object]) -> None:
-        """Cancel the pending removal of every ServiceImport among `objects` (they exist again)."""
-        if not self._pending_deletes:
-            return
-        for obj in objects:
-            if isinstance(obj, ServiceImport):
-                pending = self._pending_deletes.pop((obj.namespace, obj.name), None)
-                if pending is not None:
-                    pending.cancel()
+        if not self._stop.is_set():
+            self._delete(DeleteGrace.KIND, event)
 
     def _rejected(self, state: ResourceState, event: Rejected) -> None:
         if state.rejections.get(event.key) == event.message:

@@ -24,6 +24,7 @@ import msgspec
 import yaml
 
 from ..objects import KINDS, InvalidObject, Namespace, Object, convert, object_ref, reason_of, report_omitted
+from ..relist import Relist
 from ..store import Store
 from . import decode
 
@@ -249,7 +250,7 @@ class ManifestSource:
         complete = self._synced_once or all(state.loaded for state in self.files.values())
         # Namespaces first so services appear exposed; imports before slices, like a sync.
         for kind in ("Namespace", "ClusterProperty", "ServiceImport", "EndpointSlice"):
-            self.store.replace(kind, by_kind[kind], keep[kind])
+            Relist(self.store, kind).finish(by_kind[kind], keep[kind])
             if complete:
                 self.store.mark_synced(kind)
         self._synced_once = complete
