@@ -23,6 +23,7 @@ import time
 import dns.message
 import pytest
 
+from kube_server import MCS, McsDns, ensure_crd, fqdn, service_import
 from testsupport.cases import MAIN, check, make_query
 from testsupport.serverproc import FIXTURES, Server, eventually, http_get
 
@@ -219,3 +220,46 @@ def test_a_reread_manifest_reaches_every_worker(tmp_path):
         serials = soa_serials(server.dns_port)
         assert len(serials) == 1, f"the workers answer different SOA serials: {serials}"
         assert server.log().count("worker 0 started") == 1, "a worker was restarted to take the change"
+
+
+def watches(testbed, resource: str) -> float:
+    """WATCH requests the API server holds open for `resource` now (apiserver_longrunning_requests)."""
+    text = testbed.api.request("GET", "/metrics")
+    return sum(float(v) for labels, v in re.findall(r"^apiserver_longrunning_requests\{([^}]*)\} (\S+)$", text, re.M)
+               if f'resource="{resource}"' in labels and 'verb="WATCH"' in labels)
+
+
+@pytest.mark.kube
+def test_workers_hold_one_watch_and_every_worker_follows_the_api(testbed, fresh_namespace, tmp_path):
+    """Through a real kube-apiserver: --workers 2 opens one watch per resource (not one per worker), an API
+    write reaches both workers' answers, and a worker killed with SIGKILL comes back with the current state."""
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    resources = ("serviceimports", "endpointslices")
+    base = {r: watches(testbed, r) for r in resources}
+    vip = fqdn("vip", ns)
+    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--workers", "2") as server:
+        server.wait_until_ready()
+        opened = lambda: {r: watches(testbed, r) - base[r] for r in resources}  # noqa: E731
+        eventually(lambda: opened() == dict.fromkeys(resources, 1.0), timeout=15,
+                   what=lambda: f"one watch per resource: {opened()}\n{server.tail()}")
+
+        testbed.create(service_import(ns, "vip", ["10.9.0.1"]))
+        before = requests(server.http_port)
+        eventually(lambda: answers(server.dns_port, vip) == {("10.9.0.1",)}, timeout=15,
+                   what=lambda: f"both workers answer 10.9.0.1: {answers(server.dns_port, vip)}\n{server.tail()}")
+        per_worker = served(server.http_port, before, 2)
+        assert all(n > 0 for n in per_worker), f"not every worker was asked: {per_worker}"
+
+        victim = worker_pids(server)[0]
+        os.kill(victim, signal.SIGKILL)
+        eventually(lambda: worker_pids(server)[0] != victim and server.ready()[0] == 200, timeout=15,
+                   what=lambda: f"worker 0 restarted\n{server.tail()}")
+        testbed.patch(f"{MCS}/v1beta1", "ServiceImport", ns, "vip", {"spec": {"ips": ["10.9.0.2"]}})
+        before = requests(server.http_port)
+        eventually(lambda: answers(server.dns_port, vip) == {("10.9.0.2",)}, timeout=15,
+                   what=lambda: f"both workers answer 10.9.0.2: {answers(server.dns_port, vip)}\n{server.tail()}")
+        per_worker = served(server.http_port, before, 2)
+        assert all(n > 0 for n in per_worker), f"not every worker was asked after the restart: {per_worker}"
+        assert opened() == dict.fromkeys(resources, 1.0), "the restart opened a watch of its own"
+        server.shutdown()
