@@ -55,6 +55,7 @@ MAX_BACKLOG = 256 << 20  # bytes of updates a worker may leave unread before it 
 WORKER_FAMILIES = ("coredns_dns_", "coredns_proxy_", "coredns_forward_", "coredns_panics", "coredns_plugin_enabled",
                    "mcsdns_forward_", "mcsdns_dropped", "mcsdns_table_generation", "process_")
 HEADER = struct.Struct(">I")
+UPDATE_FAILED = 3  # a worker's exit code when it could not apply an update (restarted, never a startup error)
 
 Runner = Callable[[Coroutine[Any, Any, None]], None]
 
@@ -406,7 +407,13 @@ async def _serve(app: App, sock: socket.socket, k: int) -> None:
         await app.server.listen(host, port)
     writer.write(_frame(("ready",)))
     follow = loop.create_task(_follow(app, reader, writer, stop))
+    follow.add_done_callback(lambda _: stop.set())
     await stop.wait()
+    if follow.done() and not follow.cancelled() and follow.exception() is not None:
+        # Serving on without the updates would answer stale data: exit, the supervisor forks afresh.
+        log.error("worker %d could not apply an update: %r; exiting", k, follow.exception(), exc_info=follow.exception())
+        logging.shutdown()
+        os._exit(UPDATE_FAILED)
     if not follow.done():
         await asyncio.sleep(app.config.lameduck)  # the supervisor's /ready already says 503
     app.server.stop_accepting()
@@ -425,7 +432,6 @@ async def _follow(app: App, reader: asyncio.StreamReader, writer: asyncio.Stream
             families = [m for m in app.registry.collect() if m.name.startswith(WORKER_FAMILIES)]
             writer.write(_frame(("metrics", message[1], families)))
     log.warning("worker: the supervisor is gone; stopping")
-    stop.set()
 
 
 def apply_update(app: App, update: dict) -> None:

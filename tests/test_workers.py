@@ -263,3 +263,28 @@ def test_workers_hold_one_watch_and_every_worker_follows_the_api(testbed, fresh_
         assert all(n > 0 for n in per_worker), f"not every worker was asked after the restart: {per_worker}"
         assert opened() == dict.fromkeys(resources, 1.0), "the restart opened a watch of its own"
         server.shutdown()
+
+
+def test_workers_stop_when_the_supervisor_is_killed(tmp_path):
+    """No orphan keeps the port with a table nobody updates: a worker whose supervisor died exits."""
+    if not hasattr(socket, "SO_REUSEPORT"):
+        pytest.skip("--workers needs SO_REUSEPORT")
+    with Server("--manifests", str(FIXTURES / "contract.yaml"), "--workers", "2") as server:
+        pids = list(worker_pids(server).values())
+        assert len(pids) == 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
+        server.proc.kill()
+        server.proc.wait(5)
+
+        def gone(pid: int) -> bool:
+            try:
+                os.waitpid(pid, os.WNOHANG)  # not our child: ChildProcessError; zombie reaped by init
+            except ChildProcessError:
+                pass
+            try:
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                return True
+            return state == "Z"
+
+        eventually(lambda: all(gone(p) for p in pids), timeout=10, what=lambda: f"workers {pids} exited\n{server.log()}")
+        assert "the supervisor is gone; stopping" in server.log()
