@@ -4,7 +4,7 @@
 
 Serves the benchmark data set (benchmarks/dataset.py, as a manifests file) twice: with `--workers 1`
 (one process) and with `--workers N` (a supervisor that watches and compiles, N forked workers). After
-the server is ready, every service name is asked from 32 source ports (so, as the kernel spreads
+the server is ready (each worker's memory is read here too), every service name is asked from 32 source ports (so, as the kernel spreads
 source ports over the workers, every worker answers every name and touches every compiled answer it
 serves), then each process's memory is read from /proc/PID/smaps_rollup:
 
@@ -76,11 +76,13 @@ def measure(manifests: Path, workers: int, names: list[str]) -> dict:
     server = Server("--manifests", str(manifests), "--workers", str(workers), "--upstream", "none")
     server.start(timeout=300)
     try:
+        idle = {k: smaps(pid) for k, pid in sorted(worker_pids(server.log()).items())}
         answered = ask_everything(server.dns_port, names)
         time.sleep(1.0)
         out = {"workers": workers, "answered": answered, "process": smaps(server.proc.pid)}
         if workers > 1:
             out["worker"] = {k: smaps(pid) for k, pid in sorted(worker_pids(server.log()).items())}
+            out["worker_before_queries"] = idle
         return out
     finally:
         server.stop()
@@ -107,6 +109,7 @@ def main() -> None:
         "one_process": one, "supervisor_and_workers": many,
         "extra_worker_private_mb": extra, "one_process_rss_mb": first,
         "extra_worker_share": round(extra / first, 3),
+        "extra_worker_private_before_queries_mb": max(w["private"] for w in many["worker_before_queries"].values()),
         "pod_pss_mb": {"workers_1": one["process"]["pss"],
                        f"workers_{args.workers}": round(many["process"]["pss"] + sum(w["pss"] for w in many["worker"].values()), 1)},
     }
