@@ -218,11 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     log.info("mcsdns %s serving %s from %s", __version__, ", ".join(config.zones), config.describe_source())
-    if config.workers > 1:
-        from .supervisor import supervise
-
-        return supervise(config, _run_loop)
     try:
+        if config.workers > 1:
+            from .supervisor import supervise
+
+            return supervise(config, _run_loop)
         _run_loop(_serve(config))
     except ConfigError as exc:  # found while starting, e.g. an --upstream that is this server (a loop)
         log.error("cannot start: %s", exc)

@@ -61,19 +61,13 @@ Runner = Callable[[Coroutine[Any, Any, None]], None]
 
 
 def supervise(config: Config, run: Runner) -> int:
-    """Run the supervisor and its workers until SIGTERM/SIGINT; the process exit code."""
+    """Run the supervisor and its workers until SIGTERM/SIGINT; the process exit code.
+
+    Raises ConfigError or OSError when it cannot start (the CLI turns them into exit codes)."""
     if any(port == 0 for _, port in config.listen):
-        log.error("cannot start: --workers needs fixed --listen ports (port 0 would give each worker its own)")
-        return 2
+        raise ConfigError("--workers needs fixed --listen ports (port 0 would give each worker its own)")
     sup = Supervisor(config, run)
-    try:
-        run(sup.main())
-    except ConfigError as exc:
-        log.error("cannot start: %s", exc)
-        return 2
-    except OSError as exc:
-        log.error("cannot start: %s", exc)
-        return 1
+    run(sup.main())
     return sup.code
 
 

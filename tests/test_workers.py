@@ -288,3 +288,23 @@ def test_workers_stop_when_the_supervisor_is_killed(tmp_path):
 
         eventually(lambda: all(gone(p) for p in pids), timeout=10, what=lambda: f"workers {pids} exited\n{server.log()}")
         assert "the supervisor is gone; stopping" in server.log()
+
+
+def test_workers_that_cannot_bind_stop_the_server_with_exit_1():
+    """A DNS port taken by another program: every worker fails to bind, the supervisor exits 1 at once
+    (not a restart loop); --listen port 0 (each worker would get its own port) is refused with exit 2."""
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "mcsdns", "serve", "--workers", "2", "--http-listen", "127.0.0.1:0",
+            "--manifests", str(FIXTURES / "contract.yaml"), "--lameduck", "0", "--upstream", "none"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(base + ["--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "address already in use" in done.stderr and "stopping every worker" in done.stderr
+    assert "starting it again" not in done.stderr
+    done = subprocess.run(base + ["--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--workers needs fixed --listen ports" in done.stderr, done.stderr
