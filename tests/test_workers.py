@@ -17,6 +17,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -24,6 +26,7 @@ import dns.message
 import pytest
 
 from kube_server import MCS, McsDns, ensure_crd, fqdn, service_import
+from test_monitoring import promtool
 from testsupport.cases import MAIN, check, make_query
 from testsupport.serverproc import FIXTURES, Server, eventually, http_get
 
@@ -220,6 +223,14 @@ def test_a_reread_manifest_reaches_every_worker(tmp_path):
         serials = soa_serials(server.dns_port)
         assert len(serials) == 1, f"the workers answer different SOA serials: {serials}"
         assert server.log().count("worker 0 started") == 1, "a worker was restarted to take the change"
+        # One /metrics for the pod: CoreDNS's names, the workers' series apart by `worker`, valid exposition.
+        status, text = server.http("/metrics")
+        assert status == 200
+        for k in (0, 1):
+            assert re.search(rf'^coredns_dns_requests_total\{{[^}}]*worker="{k}"', text, re.M), text
+        assert re.search(r"^coredns_build_info\{", text, re.M) and re.search(r"^mcsdns_synced 1", text, re.M)
+        lint = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 def watches(testbed, resource: str) -> float:
@@ -293,9 +304,6 @@ def test_workers_stop_when_the_supervisor_is_killed(tmp_path):
 def test_workers_that_cannot_bind_stop_the_server_with_exit_1():
     """A DNS port taken by another program: every worker fails to bind, the supervisor exits 1 at once
     (not a restart loop); --listen port 0 (each worker would get its own port) is refused with exit 2."""
-    import subprocess
-    import sys
-
     base = [sys.executable, "-m", "mcsdns", "serve", "--workers", "2", "--http-listen", "127.0.0.1:0",
             "--manifests", str(FIXTURES / "contract.yaml"), "--lameduck", "0", "--upstream", "none"]
     with socket.socket() as taken:
