@@ -103,8 +103,10 @@ class App:
         listed = getattr(self.source, "rejections", None)
         return [Rejection(*r) for r in listed()] if callable(listed) else []
 
-    async def start(self) -> None:
-        """Load or start watching, wait for sync (bounded), then open the listeners."""
+    async def start(self, dns: bool = True) -> None:
+        """Load or start watching, wait for sync (bounded), then open the listeners.
+
+        `dns=False`: no DNS listeners (the --workers supervisor, whose forked workers answer)."""
         if isinstance(self.source, ManifestSource):
             self.source.load()
         self._spawn(self.source.run(self.stop_event), "source")
@@ -115,7 +117,7 @@ class App:
         # a full collection while serving scans only what changed since (a latency spike otherwise).
         gc.collect()
         gc.freeze()
-        for host, port in self.config.listen:
+        for host, port in self.config.listen if dns else ():
             await self.server.listen(host, port)
         if self.config.http_listen is not None:
             await self.admin.listen(*self.config.http_listen)

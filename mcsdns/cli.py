@@ -71,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     log.info("mcsdns %s serving %s from %s", __version__, ", ".join(config.zones), config.describe_source())
-    if config.workers > 1:
-        return _supervise(config)
     try:
+        if config.workers > 1:
+            from .supervisor import supervise
+
+            return supervise(config, _run_loop)
         _run_loop(_serve(config))
     except ConfigError as exc:  # found while starting, e.g. an --upstream that is this server (a loop)
         log.error("cannot start: %s", exc)
@@ -97,89 +99,6 @@ def _run_loop(main_coro) -> None:
         else:
             return uvloop.run(main_coro)
     return asyncio.run(main_coro)
-
-
-WORKER_RESTART_LIMIT = 5  # restarts of failed workers within WORKER_RESTART_WINDOW before giving up
-WORKER_RESTART_WINDOW = 60.0
-WORKER_STARTUP_GRACE = 10.0  # a worker failing this soon after it started is a configuration error: stop all
-
-
-def _supervise(config: Config) -> int:
-    """--workers N: fork N workers that share the DNS ports (SO_REUSEPORT) and wait for them.
-
-    Each worker is a whole App (its own watch or manifest reader, table and
-    caches), like a CoreDNS replica; the kernel spreads UDP flows and TCP
-    connections over their sockets. Only synced workers bind (each waits for
-    its own initial sync first), so none answers from an empty table. Worker K
-    serves its admin endpoints on the --http-listen port + K.
-    """
-    import dataclasses
-    import time
-
-    if any(port == 0 for _, port in config.listen):
-        log.error("cannot start: --workers needs fixed --listen ports (port 0 would give each worker its own)")
-        return 2
-    children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, start time)
-    state = {"stopping": False, "code": 0}
-    restarts: list[float] = []
-
-    def spawn(k: int) -> None:
-        http = config.http_listen
-        worker_config = dataclasses.replace(config, http_listen=(http[0], http[1] + k) if http and http[1] and k else http)
-        pid = os.fork()
-        if pid == 0:  # the worker
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(sig, signal.SIG_DFL)
-            code = 0
-            try:
-                _run_loop(_serve(worker_config))
-            except ConfigError as exc:
-                log.error("worker %d cannot start: %s", k, exc)
-                code = 2
-            except OSError as exc:
-                log.error("worker %d cannot start: %s", k, exc)
-                code = 1
-            except BaseException:  # noqa: BLE001 - a worker reports and exits; the parent decides
-                log.exception("worker %d failed", k)
-                code = 1
-            logging.shutdown()
-            os._exit(code)
-        children[pid] = (k, time.monotonic())
-        log.info("worker %d started (pid %d)", k, pid)
-
-    def forward(sig: int, _frame) -> None:
-        if sig in (signal.SIGTERM, signal.SIGINT):
-            state["stopping"] = True
-        for pid in list(children):
-            try:
-                os.kill(pid, signal.SIGTERM if sig == signal.SIGINT else sig)
-            except ProcessLookupError:
-                pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
-    for k in range(config.workers):
-        spawn(k)
-    while children:
-        pid, status = os.wait()
-        if pid not in children:
-            continue
-        k, started = children.pop(pid)
-        code = os.waitstatus_to_exitcode(status)
-        if state["stopping"]:
-            state["code"] = max(state["code"], code if code > 0 else 0)
-            continue
-        now = time.monotonic()
-        restarts[:] = [t for t in restarts if now - t < WORKER_RESTART_WINDOW]
-        if code in (1, 2) and now - started < WORKER_STARTUP_GRACE or len(restarts) >= WORKER_RESTART_LIMIT:
-            log.error("worker %d exited with %d; stopping every worker", k, code)
-            state["stopping"], state["code"] = True, code if code > 0 else 1
-            forward(signal.SIGTERM, None)
-            continue
-        log.warning("worker %d exited with %d; starting it again", k, code)
-        restarts.append(now)
-        spawn(k)
-    return state["code"]
 
 
 async def _serve(config: Config) -> None:

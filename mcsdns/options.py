@@ -269,11 +269,13 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         doc="one line per query in CoreDNS's log format", shown_default="off"),
     Option(
         "--workers", "workers", OPERATIONS, metavar="N", parse=integer,
-        help="processes answering DNS on the same --listen ports (SO_REUSEPORT), each with its own watch "
-        "or manifest reader, as CoreDNS replicas are; worker K serves /health, /ready and its own /metrics "
-        "on the --http-listen port + K. The parent forwards SIGTERM/SIGINT/SIGHUP and restarts a worker that dies",
-        doc="N processes sharing the DNS ports (`SO_REUSEPORT`), each with its own watch; worker K serves the admin "
-        "endpoints on the `--http-listen` port + K", shown_default="`1`"),
+        help="processes answering DNS on the same --listen ports (SO_REUSEPORT). One supervisor process "
+        "watches (one watch per pod), compiles and serves the one --http-listen port (/ready: every worker "
+        "serving; /metrics: query metrics labelled `worker`); it forks the workers after the initial sync "
+        "(sharing the table copy-on-write), sends them every change, and restarts a worker that dies",
+        doc="N DNS processes sharing the DNS ports (`SO_REUSEPORT`) and one table: one supervisor watches, compiles "
+        "and serves the admin port (`/ready` when every worker serves; query metrics labelled `worker`), forks "
+        "the workers after the initial sync and sends them every change; a worker that dies is restarted", shown_default="`1`"),
 )  # fmt: skip
 
 

@@ -203,6 +203,12 @@ class Table:
         # The apex SOA answer carries the serial in its body.
         self._compile_apex()
 
+    def set_serial(self, serial: int) -> None:
+        """Take another table's SOA serial (a --workers worker takes its supervisor's)."""
+        self.serial = serial
+        self._soa.clear()
+        self._compile_apex()
+
     def compile(self, key: ServiceKey) -> None:
         """Swap in one service's compiled answers (or remove them)."""
         old = self.owned.pop(key, [])
