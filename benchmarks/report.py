@@ -174,8 +174,13 @@ def fair_targets(results: dict) -> list[dict]:
 
 def targets_markdown(results: dict) -> list[str]:
     """The fair comparison's targets as a markdown table (results.md and the README show this same table)."""
+    return _targets_table(fair_targets(results))
+
+
+def _targets_table(items: list[dict]) -> list[str]:
+    """Targets as markdown rows: met "yes", "**no**" or "not measured"."""
     lines = ["| Target | Measured | Met |", "|---|---|---|"]
-    for item in fair_targets(results):
+    for item in items:
         met = "not measured" if item["met"] is None else ("yes" if item["met"] else "**no**")
         lines.append(f"| {item['target']} | {item['measured']} | {met} |")
     return lines
@@ -307,11 +312,7 @@ def scale_targets(results: dict) -> list[dict]:
 
 def scale_targets_markdown(results: dict) -> list[str]:
     """The scale targets as a markdown table (results.md)."""
-    lines = ["| Target | Measured | Met |", "|---|---|---|"]
-    for item in scale_targets(results):
-        met = "not measured" if item["met"] is None else ("yes" if item["met"] else "**no**")
-        lines.append(f"| {item['target']} | {item['measured']} | {met} |")
-    return lines
+    return _targets_table(scale_targets(results))
 
 
 def targets(results: dict) -> list[dict]:
