@@ -174,8 +174,13 @@ def fair_targets(results: dict) -> list[dict]:
 
 def targets_markdown(results: dict) -> list[str]:
     """The fair comparison's targets as a markdown table (results.md and the README show this same table)."""
+    return _targets_table(fair_targets(results))
+
+
+def _targets_table(items: list[dict]) -> list[str]:
+    """Targets as markdown rows: met "yes", "**no**" or "not measured"."""
     lines = ["| Target | Measured | Met |", "|---|---|---|"]
-    for item in fair_targets(results):
+    for item in items:
         met = "not measured" if item["met"] is None else ("yes" if item["met"] else "**no**")
         lines.append(f"| {item['target']} | {item['measured']} | {met} |")
     return lines
@@ -238,6 +243,76 @@ def update_readme(results: dict, readme: Path) -> bool:
         return False
     readme.write_text(text[:start] + readme_block(results) + text[end + len(README_END):])
     return True
+
+
+SCALE_TARGETS = (
+    "initial sync at 10,000 imports <= 1.0x CoreDNS's",
+    "initial sync at 50,000 imports <= 1.0x CoreDNS's",
+    "RSS at 50,000 imports <= 0.5x CoreDNS's",
+    "RSS at 50,000 imports, manifests source <= 1.1x the API source",
+    "200,000 imports: relist peak <= 1.1x steady RSS",
+    "200,000 imports: query rate within 10% of the 1,000-import figure (API source)",
+    "200,000 imports: query rate within 10% of the 1,000-import figure (manifests source)",
+)
+
+
+def scale_targets(results: dict) -> list[dict]:
+    """The scale targets (issue 17) from the scale section, measured value and met (None: not measured).
+
+    Every figure is from one scale row (one size of the same run): sync is the time until the whole
+    data set is served, RSS the steady RSS (as the scale table shows it; the manifests source has
+    only its RSS after sync, so that ratio compares both sources' RSS after sync), the query rate
+    the ClusterSetIP A max rate measured the same way at every size.
+    """
+    rows = {r.get("imports"): r for r in results.get("scale", [])}
+    out: list[dict] = []
+
+    def add(target: str, value: str, met: bool | None) -> None:
+        out.append({"target": target, "measured": value, "met": met})
+
+    def fig(size: int, label: str, *keys: str) -> float | None:
+        r = rows.get(size, {}).get(label) or {}
+        return next((r[k] for k in keys if r.get(k)), None)
+
+    def compare(target: str, size: int, mine: float | None, theirs: float | None, limit: float, unit: str,
+                fmt: str = "{:.2f}") -> None:
+        if mine is None or theirs is None:
+            add(target, f"not measured (no {size:,}-import row with both figures)", None)
+            return
+        r = mine / theirs
+        add(target, f"{fmt.format(mine)} {unit} vs {fmt.format(theirs)} {unit} = {r:.2f}x", r <= limit)
+
+    for size, target in ((10000, SCALE_TARGETS[0]), (50000, SCALE_TARGETS[1])):
+        compare(f"mcsdns (API): {target}", size, fig(size, "mcsdns-api", "sync_seconds"),
+                fig(size, "coredns", "sync_seconds"), 1.0, "s")
+    compare(f"mcsdns (API): {SCALE_TARGETS[2]}", 50000, fig(50000, "mcsdns-api", "steady_rss_mb", "rss_mb"),
+            fig(50000, "coredns", "steady_rss_mb", "rss_mb"), 0.5, "MB", "{:.0f}")
+    compare(SCALE_TARGETS[3], 50000, fig(50000, "mcsdns", "rss_mb"), fig(50000, "mcsdns-api", "rss_mb"), 1.1, "MB",
+            "{:.0f}")
+    peak = fig(200000, "mcsdns-api", "relist_peak_ratio")
+    if peak is None:
+        add(f"mcsdns (API): {SCALE_TARGETS[4]}", "not measured (no 200,000-import row)", None)
+    else:
+        sync, rss = fig(200000, "mcsdns-api", "sync_seconds"), fig(200000, "mcsdns-api", "steady_rss_mb", "rss_mb")
+        core = rows[200000].get("coredns") or {}
+        beside = (f"; CoreDNS: sync {_f(core.get('sync_seconds'), '{:.1f}')} s, RSS "
+                  f"{_f(core.get('steady_rss_mb') or core.get('rss_mb'))} MB, relist peak "
+                  f"{_f(core.get('relist_peak_ratio'), '{:.2f}x')}") if core else "; CoreDNS not measured"
+        add(f"mcsdns (API): {SCALE_TARGETS[4]}",
+            f"{peak:.2f}x (sync {_f(sync, '{:.1f}')} s, steady RSS {_f(rss)} MB){beside}", peak <= 1.1)
+    for label, target in (("mcsdns-api", SCALE_TARGETS[5]), ("mcsdns", SCALE_TARGETS[6])):
+        base, big = fig(1000, label, "max_qps"), fig(200000, label, "max_qps")
+        if base is None or big is None:
+            add(target, "not measured (needs the 1,000- and 200,000-import rows)", None)
+            continue
+        change = (big - base) / base
+        add(target, f"{base:,.0f} -> {big:,.0f} q/s ({change * 100:+.1f}%)", abs(change) <= 0.10)
+    return out
+
+
+def scale_targets_markdown(results: dict) -> list[str]:
+    """The scale targets as a markdown table (results.md)."""
+    return _targets_table(scale_targets(results))
 
 
 def targets(results: dict) -> list[dict]:
@@ -439,6 +514,10 @@ def markdown(results: dict) -> str:
                   "Against CoreDNS at its better setting per mix (with or without `cache 30`); CPU per query at the "
                   "max rate. The README shows this same table (`python -m benchmarks report DIR --readme README.md`).",
                   ""] + targets_markdown(results) + [""]
+    if results.get("scale"):
+        lines += ["## Targets: scale", "",
+                  "From the scale section above (one run, the same data at every size); the query rate is the "
+                  "ClusterSetIP A max rate, measured the same way at every size.", ""] + scale_targets_markdown(results) + [""]
     t = targets(results)
     if t:
         lines += ["## Targets", "", "| Target | Measured | Met |", "|---|---|---|"]

@@ -35,6 +35,14 @@ from .checker import Checker, Expected, Tally
 # it; every ratio compares with the better of the two per mix (report.py).
 SERVERS = ("mcsdns", "mcsdns-api", "coredns", "coredns-cache30", "knot")
 NOISY = 0.05  # a measurement during which other processes took more of the server's CPU is retried
+# How long a server may take to serve everything: its initial sync, or its relist after the forced
+# 410 (at 200,000 imports the apiserver's watch-cache fill and each server's relist take minutes
+# on 2 cores, where the 60 s of the test suite's defaults would end the run).
+SYNC_TIMEOUT = 1800.0
+RELIST_TIMEOUT = 900.0
+# The apiserver's limit on one (non-watch) request, default 60 s: CoreDNS lists every EndpointSlice
+# in one request, which at 200,000 imports comes close to it on a busy 2-core machine.
+APISERVER_ARGS = ("--request-timeout=5m",)
 
 
 def wait_quiet(cpus: str | None, limit: float, threshold: float = 0.05) -> float:
@@ -178,7 +186,7 @@ class Suite:
         cache = find_testbin()
         self.coredns_bin = cache / "bin" / "coredns"
         log("starting etcd + kube-apiserver (test bed)")
-        self.testbed = Testbed(cache)
+        self.testbed = Testbed(cache, extra_apiserver_args=APISERVER_ARGS)
         self.testbed.start()
         self.testbed.install_crd("v0.5.0")
         self.client = self.testbed.api
@@ -302,8 +310,9 @@ class Suite:
 
     # -- propagation ------------------------------------------------------ #
 
-    def propagation(self, spec: Spec, servers: dict[str, Server], changes: int, *, tag: str) -> dict[str, Any]:
-        """Write `changes` changes to the API; time until each server answers the new data."""
+    def propagation(self, spec: Spec, servers: dict[str, Server], changes: int, *, tag: str,
+                    timeout: float = 30.0) -> dict[str, Any]:
+        """Write `changes` changes to the API; time until each server answers the new data (up to `timeout` s)."""
         conn = apiload.Conn(self.client)
         samples: dict[str, list[float]] = {label: [] for label in servers}
         by_kind: dict[str, dict[str, list[float]]] = {"ServiceImport": {l: [] for l in servers},
@@ -336,7 +345,7 @@ class Suite:
                 wire = dns.message.make_query(qname, "A", use_edns=0, payload=4096).to_wire()
                 t0 = time.perf_counter()
                 write()
-                seen = _poll(socks, {l: s.port for l, s in servers.items()}, wire, marker, t0, timeout=30.0)
+                seen = _poll(socks, {l: s.port for l, s in servers.items()}, wire, marker, t0, timeout=timeout)
                 for label, t in seen.items():
                     if t is None:
                         timeouts[label] += 1
@@ -396,7 +405,9 @@ class Suite:
             t = time.monotonic()
             self.load_api(spec)
             row["api_load_seconds"] = round(time.monotonic() - t, 1)
+            t = time.monotonic()
             files = self.files_for(spec, f"scale-{size}", zone=False)
+            log(f"scale {size}: manifests written in {time.monotonic() - t:.1f}s")
             qdir = self.work / f"scale-{size}"
             qfile = queries.write("clusterset_a", spec, qdir)
             probe = queries.probe_name(spec)
@@ -409,7 +420,7 @@ class Suite:
                     ("mcsdns", lambda: Mcsdns("mcsdns", self.work, o.server_cpu, manifests=files["manifests"])),
                 ):
                     s = make()
-                    ready = s.start(probe, timeout=1800)
+                    ready = s.start(probe, timeout=SYNC_TIMEOUT)
                     servers[label] = s
                     time.sleep(0.5 if o.smoke else 3.0)
                     r = row.setdefault(label, {})
@@ -448,9 +459,12 @@ class Suite:
                     procstat.reset_hwm(s.pids())
                 log(f"scale {size}: forcing a relist (etcd compaction + apiserver restart)")
                 t = time.monotonic()
-                self.testbed.compact_etcd(restart_apiserver=True)
+                self.testbed.compact_etcd(restart_apiserver=True, timeout=RELIST_TIMEOUT)
                 self.client = self.testbed.api
-                after = self.propagation(spec, api_servers, 1, tag=f"relist{size}")
+                row["apiserver_restart_seconds"] = round(time.monotonic() - t, 1)
+                log(f"scale {size}: apiserver back after {row['apiserver_restart_seconds']}s; waiting for each server's relist")
+                # Until both have relisted (the peak is read after), however long the relist takes at this size.
+                after = self.propagation(spec, api_servers, 1, tag=f"relist{size}", timeout=RELIST_TIMEOUT)
                 for label, s in api_servers.items():
                     row[label]["relist_peak_mb"] = round(procstat.hwm_mb(s.pids()), 1)
                     row[label]["relist_peak_ratio"] = round(row[label]["relist_peak_mb"] / max(row[label]["steady_rss_mb"], 1e-9), 3)

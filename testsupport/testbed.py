@@ -776,9 +776,9 @@ class Testbed:
 
     # -- etcd ---------------------------------------------------------------- #
 
-    def _etcd_post(self, path: str, body: dict) -> dict:
+    def _etcd_post(self, path: str, body: dict, timeout: float = 10.0) -> dict:
         """POST to etcd's v3 HTTP/JSON gateway (int64s come back as strings)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.etcd_port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", self.etcd_port, timeout=timeout)
         try:
             conn.request("POST", path, body=json.dumps(body),
                          headers={"Content-Type": "application/json"})
@@ -803,7 +803,7 @@ class Testbed:
         data = self._etcd_post("/v3/kv/put", {"key": key, "value": value})
         return int(data["header"]["revision"])
 
-    def compact_etcd(self, *, restart_apiserver: bool = True) -> int:
+    def compact_etcd(self, *, restart_apiserver: bool = True, timeout: float = READY_TIMEOUT) -> int:
         """Expire every resourceVersion issued so far; return the compacted revision.
 
         Afterwards a watch (or exact list) from any resourceVersion the caller
@@ -825,13 +825,17 @@ class Testbed:
           cache-less kube-apiserver answers 500 "etcd event received with
           PrevKv=nil".  So two marker writes (outside /registry) come first, and
           the compaction lands strictly after every real resourceVersion + 1.
+
+        ``timeout`` bounds the compaction and the restart: with hundreds of
+        thousands of objects etcd's physical compaction and the apiserver's
+        watch-cache fill each take longer than the tests' 60 s default.
         """
         self._bump_etcd_revision()
         revision = self._bump_etcd_revision()
-        self._etcd_post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        self._etcd_post("/v3/kv/compaction", {"revision": str(revision), "physical": True}, timeout=timeout)
         if restart_apiserver:
             self.stop_apiserver()
-            self.start_apiserver()
+            self.start_apiserver(timeout)
         return revision
 
     # -- users --------------------------------------------------------------- #
