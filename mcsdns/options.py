@@ -255,6 +255,13 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "`mcsdns imports` and `mcsdns explain` ask it)",
         doc="`/health`, `/ready`, `/metrics`, `/imports`, `/explain`", shown_default="`127.0.0.1:9153`"),
     Option(
+        "--discovery", "discovery", OPERATIONS, metavar="on|off", choices=("on", "off"),
+        help="on (default): the admin listener also serves /imports and /explain, which list every imported "
+        "service name to anyone who can reach it. off: both answer 404 (and `mcsdns imports`/`explain` "
+        "fail with that error); /health, /ready and /metrics are unchanged",
+        doc="`off`: `/imports` and `/explain` answer 404, so the admin port lists no imported names "
+        "(docs: [the admin port](docs/install.md#the-admin-port))", shown_default="`on`"),
+    Option(
         "--lameduck", "lameduck", OPERATIONS, metavar="DURATION", parse=seconds,
         help="after SIGTERM, keep answering this long while /ready reports 503 (default 5s)",
         doc="after SIGTERM, keep answering while `/ready` reports 503", shown_default="`5s`"),
