@@ -2,9 +2,9 @@
 
 From `SERVE_OPTIONS` come the argparse flags (`add_arguments`; `mcsdns zone` takes a `subset`), the
 argparse -> `Config` mapping (`config_values`), the README's flags table and
-the flag reference in `deploy/base/mcsdns.flags` (both rewritten by
-`python -m mcsdns.options --readme README.md --flags-file deploy/base/mcsdns.flags`
-and checked by tests/test_options.py). A new flag is one `Option` here plus its
+the flag reference in `deploy/base/mcsdns.flags` and in the Helm chart's values (all rewritten by
+`python -m mcsdns.options --readme README.md --flags-file deploy/base/mcsdns.flags
+--helm-values deploy/helm/mcsdns/values.yaml` and checked by tests/test_options.py). A new flag is one `Option` here plus its
 `Config` field; whether a value is in range stays `Config.validate`'s decision.
 
 A flag's default is its `Config` field's default (explained where the field is
@@ -331,6 +331,9 @@ README_END = "<!-- end of flags -->"
 FLAGS_BEGIN = ("# Every flag, its default and meaning (generated from mcsdns/options.py by\n"
                "# `python -m mcsdns.options --flags-file deploy/base/mcsdns.flags`):")
 FLAGS_END = "# (end of the generated flag list)"
+VALUES_BEGIN = ("  # Every flag, its default and meaning (generated from mcsdns/options.py by\n"
+                "  # `python -m mcsdns.options --helm-values deploy/helm/mcsdns/values.yaml`):")
+VALUES_END = "  # (end of the generated flag list)"
 
 
 def readme_table(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
@@ -347,13 +350,24 @@ def _plain(markdown: str) -> str:
     return re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", markdown).replace("`", "")
 
 
+def _flag_lines(options: tuple[Option, ...], comment: str, item: str) -> list[str]:
+    """Every flag as `comment` lines: `item` + its usage and default, then its meaning, wrapped."""
+    lines = []
+    for opt in options:
+        lines.append(f"{comment}{item}{opt.usage()}  (default: {_plain(opt.shown_default)})")
+        indent = comment + " " * (len(item) + 4)
+        lines += textwrap.wrap(_plain(opt.doc), 100, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False)
+    return lines
+
+
 def flags_reference(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
     """The comment block of deploy/base/mcsdns.flags that lists every flag, its default and meaning."""
-    lines = [FLAGS_BEGIN]
-    for opt in options:
-        lines.append(f"#   {opt.usage()}  (default: {_plain(opt.shown_default)})")
-        lines += textwrap.wrap(_plain(opt.doc), 100, initial_indent="#       ", subsequent_indent="#       ")
-    return "\n".join(lines + [FLAGS_END])
+    return "\n".join([FLAGS_BEGIN, *_flag_lines(options, "#", "   "), FLAGS_END])
+
+
+def helm_values_reference(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
+    """The same list as a comment under the Helm chart's `flags:` value (each flag a `- ` list item)."""
+    return "\n".join([VALUES_BEGIN, *_flag_lines(options, "  #", " - "), VALUES_END])
 
 
 def replace_block(text: str, begin: str, end: str, block: str) -> str:
@@ -370,12 +384,14 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Rewrite the generated flag docs from mcsdns/options.py.")
     parser.add_argument("--readme", metavar="PATH", type=Path, help="rewrite the flags table of this README")
     parser.add_argument("--flags-file", metavar="PATH", type=Path, help="rewrite the flag list of this flags file")
+    parser.add_argument("--helm-values", metavar="PATH", type=Path, help="rewrite the flag list of this chart values file")
     args = parser.parse_args(argv)
-    if args.readme is None and args.flags_file is None:
+    if args.readme is None and args.flags_file is None and args.helm_values is None:
         print(readme_table())
         return 0
     for path, begin, end, block in ((args.readme, README_BEGIN, README_END, readme_table()),
-                                    (args.flags_file, FLAGS_BEGIN, FLAGS_END, flags_reference())):
+                                    (args.flags_file, FLAGS_BEGIN, FLAGS_END, flags_reference()),
+                                    (args.helm_values, VALUES_BEGIN, VALUES_END, helm_values_reference())):
         if path is not None:
             path.write_text(replace_block(path.read_text(), begin, end, block))
     return 0
