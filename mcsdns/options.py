@@ -4,8 +4,9 @@ From `SERVE_OPTIONS` come the argparse flags (`add_arguments`; `mcsdns zone` tak
 argparse -> `Config` mapping (`config_values`), the README's flags table and
 the flag reference in `deploy/base/mcsdns.flags` and in the Helm chart's values (all rewritten by
 `python -m mcsdns.options --readme README.md --flags-file deploy/base/mcsdns.flags
---helm-values deploy/helm/mcsdns/values.yaml` and checked by tests/test_options.py). A new flag is one `Option` here plus its
-`Config` field; whether a value is in range stays `Config.validate`'s decision.
+--helm-values deploy/helm/mcsdns/values.yaml` and checked by tests/test_options.py). A new flag
+is one `Option` here plus its `Config` field; whether a value is in range stays `Config.validate`'s
+decision.
 
 A flag's default is its `Config` field's default (explained where the field is
 declared), so the parser and `Config()` cannot disagree; `shown_default` is
@@ -356,7 +357,8 @@ def _flag_lines(options: tuple[Option, ...], comment: str, item: str) -> list[st
     for opt in options:
         lines.append(f"{comment}{item}{opt.usage()}  (default: {_plain(opt.shown_default)})")
         indent = comment + " " * (len(item) + 4)
-        lines += textwrap.wrap(_plain(opt.doc), 100, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False)
+        lines += textwrap.wrap(_plain(opt.doc), 100, initial_indent=indent, subsequent_indent=indent,
+                               break_on_hyphens=False)  # `re-created` stays one word
     return lines
 
 
