@@ -66,7 +66,8 @@ class App:
             from .dnssd import DnsSd
 
             self.table.dnssd = DnsSd(self.table)
-        self.discovery = Discovery(self.table, self.resolver, self.rejections, self.readiness)
+        self.discovery = Discovery(self.table, self.resolver, self.rejections, self.readiness,
+                                   enabled=config.discovery == "on")
         self.admin = Admin(self.registry, self.readiness, self.discovery.routes())
         self._tasks: list[asyncio.Task] = []
 

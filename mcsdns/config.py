@@ -121,6 +121,9 @@ class Config:
 
     # Admin HTTP: /health, /ready, /metrics on one listener (CoreDNS's metrics port).
     http_listen: tuple[str, int] | None = ("127.0.0.1", 9153)
+    # /imports and /explain list every imported name to whoever reaches the admin port; "off" answers them 404
+    # (metrics and probes unchanged). On by default, as before the flag existed.
+    discovery: str = "on"
 
     # Forwarding of names outside the zones.
     upstreams: tuple[tuple[str, int], ...] | None = None  # None: from /etc/resolv.conf; () = REFUSED
@@ -160,6 +163,8 @@ class Config:
             raise ConfigError(f"--reverse-cidr: {exc}") from None
         if self.loadbalance not in ("off", "round_robin"):
             raise ConfigError(f"--loadbalance must be round_robin or off: {self.loadbalance!r}")
+        if self.discovery not in ("on", "off"):
+            raise ConfigError(f"--discovery must be on or off: {self.discovery!r}")
         if not self.listen:
             raise ConfigError("--listen: at least one address is needed")
         if self.startup_timeout < 0:

@@ -115,6 +115,13 @@ def _port_text(p: Port) -> str:
     return f"{p.name or '(unnamed)'}/{p.protocol or '(no protocol)'} {p.port}"
 
 
+DISCOVERY_OFF = "discovery is off on this server (--discovery=off): /imports and /explain are not served"
+
+
+def _discovery_off(_params: dict[str, list[str]]) -> Response:
+    return _json(404, {"error": DISCOVERY_OFF})
+
+
 class Discovery:
     """The /imports and /explain routes of one app."""
 
@@ -124,7 +131,9 @@ class Discovery:
         resolver: Resolver,
         rejections: Callable[[], Iterable[Rejection]],
         readiness: Callable[[], tuple[bool, str]],
+        enabled: bool = True,
     ) -> None:
+        self.enabled = enabled  # --discovery: off keeps the import list off an admin port others can reach
         self.table = table
         self.store = table.store
         self.resolver = resolver
@@ -132,6 +141,10 @@ class Discovery:
         self.readiness = readiness
 
     def routes(self) -> dict[str, Route]:
+        """The two routes; with discovery off, each answers 404 saying so (not the admin's bare
+        `not found`, so `mcsdns imports` can tell the operator why)."""
+        if not self.enabled:
+            return {"/imports": _discovery_off, "/explain": _discovery_off}
         return {"/imports": self._imports_route, "/explain": self._explain_route}
 
     # ----------------------------------------------------------------- /imports

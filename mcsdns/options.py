@@ -2,10 +2,11 @@
 
 From `SERVE_OPTIONS` come the argparse flags (`add_arguments`; `mcsdns zone` takes a `subset`), the
 argparse -> `Config` mapping (`config_values`), the README's flags table and
-the flag reference in `deploy/base/mcsdns.flags` (both rewritten by
-`python -m mcsdns.options --readme README.md --flags-file deploy/base/mcsdns.flags`
-and checked by tests/test_options.py). A new flag is one `Option` here plus its
-`Config` field; whether a value is in range stays `Config.validate`'s decision.
+the flag reference in `deploy/base/mcsdns.flags` and in the Helm chart's values (all rewritten by
+`python -m mcsdns.options --readme README.md --flags-file deploy/base/mcsdns.flags
+--helm-values deploy/helm/mcsdns/values.yaml` and checked by tests/test_options.py). A new flag
+is one `Option` here plus its `Config` field; whether a value is in range stays `Config.validate`'s
+decision.
 
 A flag's default is its `Config` field's default (explained where the field is
 declared), so the parser and `Config()` cannot disagree; `shown_default` is
@@ -255,6 +256,13 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "`mcsdns imports` and `mcsdns explain` ask it)",
         doc="`/health`, `/ready`, `/metrics`, `/imports`, `/explain`", shown_default="`127.0.0.1:9153`"),
     Option(
+        "--discovery", "discovery", OPERATIONS, metavar="on|off", choices=("on", "off"),
+        help="on (default): the admin listener also serves /imports and /explain, which list every imported "
+        "service name to anyone who can reach it. off: both answer 404 (and `mcsdns imports`/`explain` "
+        "fail with that error); /health, /ready and /metrics are unchanged",
+        doc="`off`: `/imports` and `/explain` answer 404, so the admin port lists no imported names "
+        "(docs: [the admin port](docs/install.md#the-admin-port))", shown_default="`on`"),
+    Option(
         "--lameduck", "lameduck", OPERATIONS, metavar="DURATION", parse=seconds,
         help="after SIGTERM, keep answering this long while /ready reports 503 (default 5s)",
         doc="after SIGTERM, keep answering while `/ready` reports 503", shown_default="`5s`"),
@@ -324,6 +332,9 @@ README_END = "<!-- end of flags -->"
 FLAGS_BEGIN = ("# Every flag, its default and meaning (generated from mcsdns/options.py by\n"
                "# `python -m mcsdns.options --flags-file deploy/base/mcsdns.flags`):")
 FLAGS_END = "# (end of the generated flag list)"
+VALUES_BEGIN = ("  # Every flag, its default and meaning (generated from mcsdns/options.py by\n"
+                "  # `python -m mcsdns.options --helm-values deploy/helm/mcsdns/values.yaml`):")
+VALUES_END = "  # (end of the generated flag list)"
 
 
 def readme_table(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
@@ -340,13 +351,25 @@ def _plain(markdown: str) -> str:
     return re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", markdown).replace("`", "")
 
 
+def _flag_lines(options: tuple[Option, ...], comment: str, item: str) -> list[str]:
+    """Every flag as `comment` lines: `item` + its usage and default, then its meaning, wrapped."""
+    lines = []
+    for opt in options:
+        lines.append(f"{comment}{item}{opt.usage()}  (default: {_plain(opt.shown_default)})")
+        indent = comment + " " * (len(item) + 4)
+        lines += textwrap.wrap(_plain(opt.doc), 100, initial_indent=indent, subsequent_indent=indent,
+                               break_on_hyphens=False)  # `re-created` stays one word
+    return lines
+
+
 def flags_reference(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
     """The comment block of deploy/base/mcsdns.flags that lists every flag, its default and meaning."""
-    lines = [FLAGS_BEGIN]
-    for opt in options:
-        lines.append(f"#   {opt.usage()}  (default: {_plain(opt.shown_default)})")
-        lines += textwrap.wrap(_plain(opt.doc), 100, initial_indent="#       ", subsequent_indent="#       ")
-    return "\n".join(lines + [FLAGS_END])
+    return "\n".join([FLAGS_BEGIN, *_flag_lines(options, "#", "   "), FLAGS_END])
+
+
+def helm_values_reference(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
+    """The same list as a comment under the Helm chart's `flags:` value (each flag a `- ` list item)."""
+    return "\n".join([VALUES_BEGIN, *_flag_lines(options, "  #", " - "), VALUES_END])
 
 
 def replace_block(text: str, begin: str, end: str, block: str) -> str:
@@ -363,12 +386,14 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Rewrite the generated flag docs from mcsdns/options.py.")
     parser.add_argument("--readme", metavar="PATH", type=Path, help="rewrite the flags table of this README")
     parser.add_argument("--flags-file", metavar="PATH", type=Path, help="rewrite the flag list of this flags file")
+    parser.add_argument("--helm-values", metavar="PATH", type=Path, help="rewrite the flag list of this chart values file")
     args = parser.parse_args(argv)
-    if args.readme is None and args.flags_file is None:
+    if args.readme is None and args.flags_file is None and args.helm_values is None:
         print(readme_table())
         return 0
     for path, begin, end, block in ((args.readme, README_BEGIN, README_END, readme_table()),
-                                    (args.flags_file, FLAGS_BEGIN, FLAGS_END, flags_reference())):
+                                    (args.flags_file, FLAGS_BEGIN, FLAGS_END, flags_reference()),
+                                    (args.helm_values, VALUES_BEGIN, VALUES_END, helm_values_reference())):
         if path is not None:
             path.write_text(replace_block(path.read_text(), begin, end, block))
     return 0

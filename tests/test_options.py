@@ -9,10 +9,11 @@ import dataclasses
 import re
 
 import pytest
+import yaml
 
 from mcsdns.cli import build_parser, config_from_args
 from mcsdns.config import Config
-from mcsdns.options import SERVE_OPTIONS, flags_reference, readme_table
+from mcsdns.options import SERVE_OPTIONS, flags_reference, helm_values_reference, readme_table
 from testsupport.serverproc import ROOT
 
 
@@ -30,6 +31,19 @@ def test_flags_file_lists_every_flag_as_generated() -> None:
     text = (ROOT / "deploy" / "base" / "mcsdns.flags").read_text()
     assert flags_reference() in text, (
         "deploy/base/mcsdns.flags's flag list is stale: python -m mcsdns.options --flags-file deploy/base/mcsdns.flags")
+
+
+def test_helm_values_list_every_flag_as_generated() -> None:
+    """The chart's values carry the same list, as comments under `flags:` that add no list item."""
+    text = (ROOT / "deploy" / "helm" / "mcsdns" / "values.yaml").read_text()
+    block = helm_values_reference()
+    assert block in text, (
+        "deploy/helm/mcsdns/values.yaml's flag list is stale: "
+        "python -m mcsdns.options --helm-values deploy/helm/mcsdns/values.yaml")
+    assert all(line.startswith("  #") for line in block.splitlines())
+    assert all(f"  # - {o.usage()}  (default: " in block for o in SERVE_OPTIONS)
+    without = text.replace(block, "")
+    assert yaml.safe_load(text)["flags"] == yaml.safe_load(without)["flags"]
 
 
 def test_every_config_field_has_exactly_one_flag() -> None:
