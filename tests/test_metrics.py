@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from testsupport.serverproc import ROOT
-from upstreams import Knot, Mcsdns
+from upstreams import ForwardingServer, Knot
 
 from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SIZE_BUCKETS, Metrics, Views
 from mcsdns.store import Store
@@ -59,7 +59,7 @@ spec: {type: ClusterSetIP, ports: [{port: 80, protocol: TCP}]}
 """
 
 
-def scrape(server: Mcsdns) -> dict[str, list]:
+def scrape(server: ForwardingServer) -> dict[str, list]:
     """Sample name -> [(labels, value)] from one scrape."""
     out: dict[str, list] = {}
     for family in text_string_to_metric_families(server.http("/metrics")[1]):
@@ -83,7 +83,7 @@ def traffic(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("metrics")
     manifests = tmp / "clusterset.yaml"
     manifests.write_text((ROOT / "mcsdns/examples/clusterset.yaml").read_text() + INVALID_IMPORT)
-    with Knot(tmp) as knot, Mcsdns("--manifests", str(manifests), "--upstream", knot.addr) as s:
+    with Knot(tmp) as knot, ForwardingServer("--manifests", str(manifests), "--upstream", knot.addr) as s:
         s.http("/metrics")  # the readiness probes of start() are counted too: measure from here
         before = scrape(s)
         for _ in range(3):
