@@ -1,4 +1,4 @@
-"""CPU per query of `Resolver.handle` for the query classes no packet cache helps (prints figures).
+"""CPU per query of `Resolver.resolve` for the query classes no packet cache helps (prints figures).
 
 No sockets: this isolates the resolver's share of a query (the transport's is the same for
 every class). 1,000 ClusterSetIP imports of the benchmark dataset; each class is 100,000
@@ -63,13 +63,13 @@ def classes(rng: random.Random) -> dict[str, list[bytes]]:
 
 def measure(resolver: Resolver, packets: list[bytes], rounds: int) -> float:
     """Best CPU seconds per packet over `rounds` passes, each from empty caches."""
-    handle: Callable[[bytes], object] = resolver.handle
+    resolve: Callable[[bytes], object] = resolver.resolve
     best = float("inf")
     for _ in range(rounds):
         resolver.flush()
         started = time.process_time()
         for data in packets:
-            handle(data)
+            resolve(data)
         best = min(best, time.process_time() - started)
     return best / len(packets)
 

@@ -1,10 +1,12 @@
 """One query in, one reply out: the rcode policy and the hot path.
 
-`Resolver.handle` is the only place that decides what a packet gets:
+`Resolver.resolve` is the only place that decides what a packet gets:
 dropped, FORMERR/NOTIMP/BADVERS/REFUSED, a compiled answer, an answer
 computed by the zone logic, SERVFAIL-before-sync, or a hand-off to the
-forwarder. It does no I/O; the transports call it with bytes and send what
-it returns. The replies the transport and the forwarder must write without
+forwarder. It does no I/O and keeps nothing about the packet once it
+returns: the transports call it with bytes, send the reply it returns and
+pass the parsed query it returns with it to the observers (metrics, query
+log), so nothing is parsed twice. The replies the transport and the forwarder must write without
 it (the resolver raised, no forwarder, --max-concurrent reached, no upstream
 answered) are decided here too: `Resolver.panicked`, `not_forwarding`,
 `forward_overloaded`, `forward_failed`.
@@ -101,21 +103,27 @@ class Resolver:
     def __init__(self, table: Table, forwarding: bool = False) -> None:
         self.table = table
         self.forwarding = forwarding
-        # The query the last `handle` call parsed (None if it could not): the transport passes it
-        # to the metrics observer right after, so qtype, DO bit and zone are never parsed twice.
-        self.last_query: Query | None = None
         self._generation = table.generation
         self._packets: dict[bytes, tuple] = {}  # query[2:] -> (reply[2:], parsed query); see RoundRobinResolver too
         # query[2:].lower() of a plain query spelled with capitals -> (reply[2:12], parsed query, reply after
-        # the question, where and how the reply spells the zone or None); see `handle`.
+        # the question, where and how the reply spells the zone or None); see `resolve`.
         self._folded: dict[bytes, tuple] = {}
         self._packet_bytes = 0
         self._negative: dict[bytes, Body] = {}  # lookup key -> NXDOMAIN/NODATA body
-        self._spelled: tuple[int, int] | None = None  # where the last reply() copied the query's zone spelling
-        self._keep = True  # False: the last _handle's reply is cheaper to make again than to cache
+        # Scratch of one `resolve` call (reset at its start, read before it returns):
+        self._spelled: tuple[int, int] | None = None  # where reply() copied the query's zone spelling
+        self._keep = True  # False: this reply is cheaper to make again than to cache
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
-        """The reply to `data`, None to drop it, or Forward. Never raises on bad input.
+        """`resolve`'s reply alone, for callers that observe nothing (the /explain endpoint, tests)."""
+        return self.resolve(data, tcp)[0]
+
+    def resolve(self, data: bytes, tcp: bool = False) -> tuple[bytes | Forward | None, Query | None]:
+        """(the reply to `data`, None to drop it, or Forward; the parsed query, None if unreadable).
+
+        Never raises on bad input. The query is the one the reply was made for (a cache hit's is the
+        stored one: same question, flags and EDNS; only the ID, which observers do not read, may differ).
+        A tuple of objects that exist anyway, so the cached lanes allocate nothing else per query.
 
         A plain query (one question, no EDNS: what stub resolvers and dnsperf send) that spells
         its name with capitals is cached apart, under its bytes lower-cased (`_folded`), so every
@@ -135,22 +143,20 @@ class Resolver:
         exact = data[2:]
         hit = self._packets.get(exact)
         if hit is not None and table.synced:
-            self.last_query = hit[1]
-            return data[:2] + hit[0]
+            return data[:2] + hit[0], hit[1]
         folded = exact.lower() if data[4:12] == _PLAIN and data[2] < 8 else exact
         if folded is not exact and folded != exact:
             hit = self._folded.get(folded)
             if hit is not None and table.synced:
                 spelled = hit[3]
                 if spelled is None or data[spelled[0] : spelled[1]] == spelled[2]:
-                    self.last_query = hit[1]
-                    return data[:2] + hit[0] + data[12:] + hit[2]
+                    return data[:2] + hit[0] + data[12:] + hit[2], hit[1]
         else:
             folded = None
         self._spelled = None
         self._keep = True
-        reply = self._handle(data, False)
-        q = self.last_query
+        outcome = self._handle(data, False)
+        reply, q = outcome
         if type(reply) is bytes and q is not None and self._keep and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
             if folded is None:
                 self._store(self._packets, exact, len(data), reply, (reply[2:], q))
@@ -158,15 +164,14 @@ class Resolver:
                 span = self._spelled
                 entry = (reply[2:12], q, reply[q.qend :], None if span is None else (*span, data[span[0] : span[1]]))
                 self._store(self._folded, folded, len(data), reply, entry)
-        return reply
+        return outcome
 
     def panicked(self, data: bytes) -> bytes | None:
-        """The reply when `handle` raised on `data` (a bug): SERVFAIL if it has a header, else nothing."""
-        self.last_query = None
+        """The reply when `resolve` raised on `data` (a bug): SERVFAIL if it has a header, else nothing."""
         return error_reply(data, SERVFAIL) if len(data) >= 12 else None
 
     def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
-        """Keep `entry` (see `handle`) in `cache` under `key`; the packet was `size` bytes long."""
+        """Keep `entry` (see `resolve`) in `cache` under `key`; the packet was `size` bytes long."""
         size = 2 * size + len(reply) + _ENTRY_OVERHEAD  # key + the Query's copy of the packet + reply
         self._packet_bytes += size
         if len(self._packets) + len(self._folded) >= PACKET_CACHE_ENTRIES or self._packet_bytes > PACKET_CACHE_BYTES:
@@ -183,14 +188,14 @@ class Resolver:
         self._packet_bytes = 0
         self._negative.clear()
 
-    def _handle(self, data: bytes, tcp: bool) -> bytes | Forward | None:
-        self.last_query = None
+    def _handle(self, data: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
+        """`resolve` past the packet cache."""
         if len(data) < 12:
-            return None  # no header: nothing to reply to
+            return None, None  # no header: nothing to reply to
         if data[2] & 0x80:
-            return None  # a response, not a query
+            return None, None  # a response, not a query
         if data[2] & 0x78:
-            return error_reply(data, NOTIMP)  # only opcode QUERY is implemented
+            return error_reply(data, NOTIMP), None  # only opcode QUERY is implemented
         if data[4:12] == _PLAIN:
             # One question and nothing else (no EDNS): if the question, lower-cased, is a compiled
             # key, it is a valid question (see `_PLAIN`), so the parse is skipped. This is what
@@ -201,24 +206,22 @@ class Resolver:
                 n = len(data)
                 q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], n, key[:-4],
                           (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
-                self.last_query = q
-                return self.reply(q, body, MAX_TCP if tcp else MAX_UDP)
+                return self.reply(q, body, MAX_TCP if tcp else MAX_UDP), q
         try:
             q = parse_query(data)
         except (Malformed, struct.error):
-            return error_reply(data, FORMERR)
-        self.last_query = q
+            return error_reply(data, FORMERR), None
         if q.edns_version:
-            return error_reply(data, BADVERS, q)
+            return error_reply(data, BADVERS, q), q
         limit = MAX_TCP if tcp else (q.udp_size if q.edns else MAX_UDP)
         key = data[12 : q.qend].lower()
         body = self.table.answers.get(key)
         if body is not None:
-            return self.reply(q, body, limit)
+            return self.reply(q, body, limit), q
         body = self._negative.get(key)
         if body is not None and self.table.synced:
-            return self.reply(q, body, limit)
-        return self._uncompiled(q, limit, key)
+            return self.reply(q, body, limit), q
+        return self._uncompiled(q, limit, key), q
 
     def _remember_negative(self, key: bytes, body: Body) -> None:
         """NXDOMAIN or NODATA for `key`: the same body until the table changes (bounded)."""
@@ -374,13 +377,13 @@ class RoundRobinResolver(Resolver):
         self._runs: dict[bytes, tuple[int, int, _Run | _SplitRun | None]] = {}
         self._rotated: _Run | None = None  # the run the last reply() rotated, for the packet cache
 
-    def _handle(self, data: bytes, tcp: bool) -> bytes | Forward | None:
+    def _handle(self, data: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
         self._rotated = None
         return Resolver._handle(self, data, tcp)
 
     def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
-        """`Resolver.handle`'s hook: a reply whose addresses rotated is kept under its exact bytes as a
-        `_Rotation`, which `handle`'s hit (`data[:2] + hit[0]`) turns one record further on; a reply
+        """`Resolver.resolve`'s hook: a reply whose addresses rotated is kept under its exact bytes as a
+        `_Rotation`, which `resolve`'s hit (`data[:2] + hit[0]`) turns one record further on; a reply
         that did not rotate is kept as without the flag (letter-case folding included)."""
         run = self._rotated
         if run is None:

@@ -140,8 +140,7 @@ class DnsServer:
     # ----------------------------------------------------------------- UDP
 
     def _on_udp(self, sock: socket.socket, where: Listener) -> None:
-        resolver = self.resolver
-        handle = resolver.handle
+        resolve = self.resolver.resolve
         observe = self.observe
         for _ in range(UDP_BATCH):
             try:
@@ -153,19 +152,19 @@ class DnsServer:
                 continue
             started = time.perf_counter() if observe else 0.0
             try:
-                reply = handle(data, False)
+                reply, q = resolve(data, False)
             except Exception:  # a bug must not stop the listener
-                reply = self._panic(data, "UDP")
+                reply, q = self._panic(data, "UDP"), None
             if type(reply) is bytes:
                 try:
                     sock.sendto(reply, addr)
                 except OSError as exc:
                     log.debug("udp send to %s failed: %s", addr, exc)
                 if observe:
-                    observe(where, addr, data, resolver.last_query, reply, started, False)
+                    observe(where, addr, data, q, reply, started, False)
             elif reply is None:
                 if observe:
-                    observe(where, addr, data, resolver.last_query, None, started, False)
+                    observe(where, addr, data, q, None, started, False)
             else:
                 self._spawn(self._forward_udp(sock, addr, where, data, reply, started))
 
@@ -224,15 +223,15 @@ class DnsServer:
                     break  # closed, idle, or a length prefix that lies: answer what is owed, then close
                 started = time.perf_counter() if self.observe else 0.0
                 try:
-                    reply = self.resolver.handle(data, True)
+                    reply, q = self.resolver.resolve(data, True)
                 except Exception:
-                    reply = self._panic(data, "TCP")
+                    reply, q = self._panic(data, "TCP"), None
                 if isinstance(reply, Forward):
                     task = self._spawn(self._forward_tcp(writer, where, client, data, reply, started))
                     owed.add(task)
                     task.add_done_callback(owed.discard)
                 else:
-                    self._write_tcp(writer, where, client, data, self.resolver.last_query, reply, started, False)
+                    self._write_tcp(writer, where, client, data, q, reply, started, False)
                     if reply is None and len(data) < 12:
                         break  # garbage without a header: drop the connection
                 served += 1

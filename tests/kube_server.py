@@ -40,7 +40,7 @@ def ensure_crd(testbed: Testbed, version: str = "v0.5.0") -> None:
 # --------------------------------------------------------------------------- the server
 
 
-class McsDns(Server):
+class KubeServer(Server):
     """`mcsdns serve --kubeconfig ...` (the shared serverproc.Server), with the kube tests' probes."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, *extra: str, startup_timeout: str = "30s") -> None:
@@ -50,7 +50,7 @@ class McsDns(Server):
         )
         self.requested_log = log_path
 
-    def __enter__(self) -> McsDns:
+    def __enter__(self) -> KubeServer:
         self.start(self.requested_log, timeout=40)
         return self
 
@@ -100,6 +100,8 @@ class McsDns(Server):
         eventually(lambda: self.answer(name, rdtype) == expected, timeout, interval=0.01,
                    what=lambda: f"{name} {rdtype} -> {expected}; got {self.answer(name, rdtype)}\n{self.tail()}")
         return time.monotonic() - started
+
+
 
 
 def fqdn(service: str, namespace: str) -> str:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
+from kube_server import ES_API, MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.sources.kubeapi import LIST_TIMEOUT
 from mcsdns.sources.watching import STREAM_SLACK
 from testsupport.serverproc import ROOT
@@ -123,11 +123,11 @@ def seed(testbed: Testbed, ns: str) -> None:
     testbed.create(service_import(ns, "still", ["10.8.255.1"]))  # never changes
 
 
-def answers(server: McsDns, names) -> dict[str, tuple[str, list[str]]]:
+def answers(server: KubeServer, names) -> dict[str, tuple[str, list[str]]]:
     return {name: server.answer(name) for name in names}
 
 
-def converge(server: McsDns, testbed: Testbed, ns: str, timeout: float) -> float:
+def converge(server: KubeServer, testbed: Testbed, ns: str, timeout: float) -> float:
     """Seconds until every name answers what the API holds (re-read while waiting: the truth may move)."""
     started = time.monotonic()
     eventually(lambda: answers(server, api_state(testbed, ns)) == api_state(testbed, ns), timeout, interval=0.2,
@@ -144,7 +144,7 @@ def test_apiserver_sigkilled_repeatedly_while_objects_change(testbed: Testbed, f
     ns = fresh_namespace
     seed(testbed, ns)
     names = [fqdn("vip", ns), fqdn("web", ns), fqdn("still", ns)]
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         pid = server.proc.pid
         figures = []
@@ -317,7 +317,7 @@ def test_a_silently_stalled_watch_is_healed_by_the_resync(testbed: Testbed, fres
     resync = 3.0
     with Proxy(testbed.apiserver_port) as proxy:
         kubeconfig = proxy.kubeconfig(testbed.kubeconfig_path, tmp_path / "kubeconfig-proxy", testbed.apiserver_port)
-        with McsDns(kubeconfig, tmp_path / "mcsdns.log", "--resync", f"{resync:g}s") as server:
+        with KubeServer(kubeconfig, tmp_path / "mcsdns.log", "--resync", f"{resync:g}s") as server:
             server.wait_until_ready()
             converge(server, testbed, ns, timeout=30)
             stalled = proxy.stall()
@@ -358,7 +358,7 @@ def test_a_list_stalled_in_flight_is_given_up_and_retried_on_a_new_connection(
     resync = 3.0
     with Proxy(testbed.apiserver_port) as proxy:
         kubeconfig = proxy.kubeconfig(testbed.kubeconfig_path, tmp_path / "kubeconfig-proxy", testbed.apiserver_port)
-        with McsDns(kubeconfig, tmp_path / "mcsdns.log", "--resync", f"{resync:g}s") as server:
+        with KubeServer(kubeconfig, tmp_path / "mcsdns.log", "--resync", f"{resync:g}s") as server:
             server.wait_until_ready()
             converge(server, testbed, ns, timeout=30)
             proxy.stall_big_answers(64 * 1024)  # the next relist of ServiceImports stops mid-answer
@@ -411,7 +411,7 @@ def test_apiserver_killed_during_a_relist_of_10k_imports(testbed: Testbed, fresh
     sample = random.Random(3).sample(range(count), 300)
     with Proxy(testbed.apiserver_port) as proxy:
         kubeconfig = proxy.kubeconfig(testbed.kubeconfig_path, tmp_path / "kubeconfig-proxy", testbed.apiserver_port)
-        with McsDns(kubeconfig, tmp_path / "mcsdns.log", "--resync", "5s", startup_timeout="60s") as server:
+        with KubeServer(kubeconfig, tmp_path / "mcsdns.log", "--resync", "5s", startup_timeout="60s") as server:
             server.wait_until_ready(timeout=90)
             expected = {fqdn(f"s{i}", ns): a(ip(i)) for i in sample}
             eventually(lambda: answers(server, expected) == expected, timeout=30, what=lambda: server.tail())
@@ -446,7 +446,7 @@ def test_etcd_compacted_during_the_watch(testbed: Testbed, fresh_namespace: str,
     ns = fresh_namespace
     seed(testbed, ns)
     names = [fqdn("vip", ns), fqdn("web", ns), fqdn("still", ns)]
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--resync", "2s") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--resync", "2s") as server:
         server.wait_until_ready()
         seen = []
         with Writer(testbed, ns) as writer:
@@ -476,7 +476,7 @@ def test_a_slow_api_server(testbed: Testbed, fresh_namespace: str, tmp_path: Pat
     with Proxy(testbed.apiserver_port, delay=delay) as proxy:
         kubeconfig = proxy.kubeconfig(testbed.kubeconfig_path, tmp_path / "kubeconfig-slow", testbed.apiserver_port)
         started = time.monotonic()
-        with McsDns(kubeconfig, tmp_path / "mcsdns.log", "--resync", "5s") as server:
+        with KubeServer(kubeconfig, tmp_path / "mcsdns.log", "--resync", "5s") as server:
             server.wait_until_ready(timeout=60)
             synced = time.monotonic() - started
             converge(server, testbed, ns, timeout=30)
@@ -505,7 +505,7 @@ def test_mcsdns_sigkilled_and_restarted_while_the_api_changes(testbed: Testbed, 
     ensure_crd(testbed)
     ns = fresh_namespace
     seed(testbed, ns)
-    server = McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns-0.log")
+    server = KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns-0.log")
     server.start(tmp_path / "mcsdns-0.log", timeout=40)
     figures = []
     try:
@@ -536,7 +536,7 @@ def test_mcsdns_sigkilled_under_load_answers_correctly_again_soon(testbed: Testb
     ns = fresh_namespace
     seed(testbed, ns)
     name = fqdn("still", ns)
-    server = McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns-0.log")
+    server = KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns-0.log")
     server.start(tmp_path / "mcsdns-0.log", timeout=40)
     answers_seen: list[tuple[float, tuple[str, list[str]]]] = []
     stop = threading.Event()

@@ -541,7 +541,7 @@ def user_bound_to_deploy_role(testbed: Testbed, base: dict) -> Iterator[Path]:
 def test_server_runs_as_deployed_with_the_cluster_role(
     testbed: Testbed, base: dict, user_bound_to_deploy_role: Path, fresh_namespace: str, tmp_path: Path,
 ) -> None:
-    from kube_server import McsDns, a, endpoint_slice, ensure_crd, fqdn, service_import
+    from kube_server import KubeServer, a, endpoint_slice, ensure_crd, fqdn, service_import
     from testsupport.serverproc import free_port
 
     coredns_bin = cached_binary("coredns")
@@ -565,7 +565,7 @@ def test_server_runs_as_deployed_with_the_cluster_role(
     flags_file.write_text(shlex.join(kept) + "\n")
     assert command[:2] == ["python", "-c"]
 
-    server = McsDns(user_bound_to_deploy_role, tmp_path / "mcsdns.log")
+    server = KubeServer(user_bound_to_deploy_role, tmp_path / "mcsdns.log")
     server.argv = [sys.executable, "-c", command[2], str(flags_file),
                    f"--kubeconfig={user_bound_to_deploy_role}",
                    f"--listen=127.0.0.1:{server.dns_port}", f"--http-listen=127.0.0.1:{server.http_port}",

@@ -22,7 +22,7 @@ import dns.rdatatype
 import pytest
 
 from testsupport.serverproc import ROOT, eventually, free_port
-from upstreams import Fake, Knot, Mcsdns, dead_port
+from upstreams import Fake, ForwardingServer, Knot, dead_port
 
 from mcsdns.config import Config
 from mcsdns.forward import ForwardingLoop, check_loops, is_self, read_resolv_conf, upstreams_from_config
@@ -30,7 +30,7 @@ from mcsdns.forward import ForwardingLoop, check_loops, is_self, read_resolv_con
 IN_ZONE = "web.demo.svc.clusterset.local."
 
 
-def metric(server: Mcsdns, name: str, **labels: str) -> float | None:
+def metric(server: ForwardingServer, name: str, **labels: str) -> float | None:
     """One sample of the server's /metrics, None when absent."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -52,7 +52,7 @@ def knot(tmp_path_factory):
 @pytest.fixture(scope="module")
 def via_knot(knot):
     """mcsdns forwarding to Knot only (bundled example cluster set in the zone)."""
-    with Mcsdns("--upstream", knot.addr) as s:
+    with ForwardingServer("--upstream", knot.addr) as s:
         yield s
 
 
@@ -75,7 +75,7 @@ def test_upstream_nxdomain_passes_through_with_its_soa(via_knot):
 
 def test_query_and_reply_bytes_pass_unchanged_but_the_id():
     """EDNS options, the DO and CD bits and the upstream's exact reply survive the trip."""
-    with Fake() as up, Mcsdns("--upstream", up.addr) as s:
+    with Fake() as up, ForwardingServer("--upstream", up.addr) as s:
         q = dns.message.make_query("host.example.org.", "A", want_dnssec=True, use_edns=0, payload=1400,
                                    options=[dns.edns.GenericOption(dns.edns.NSID, b"")])
         q.flags |= dns.flags.CD
@@ -109,14 +109,14 @@ def test_reply_larger_than_the_clients_buffer_is_truncated_for_it(via_knot):
 
 
 def test_tcp_clients_go_upstream_over_tcp_on_a_reused_connection():
-    with Fake() as up, Mcsdns("--upstream", up.addr) as s:
+    with Fake() as up, ForwardingServer("--upstream", up.addr) as s:
         for i in range(3):
             assert s.query(f"t{i}.example.org.", "A", tcp=True).answer[0][0].address == "198.51.100.7"
         assert len(up.queries) == 3 and up.tcp_connections == 1
 
 
 def test_names_in_the_zone_are_never_forwarded():
-    with Fake() as up, Mcsdns("--upstream", up.addr) as s:
+    with Fake() as up, ForwardingServer("--upstream", up.addr) as s:
         assert s.query(IN_ZONE, "A").answer[0][0].address == "10.96.10.10"
         assert s.query("nothere.demo.svc.clusterset.local.", "A").rcode() == dns.rcode.NXDOMAIN
         assert s.query("CLUSTERSET.local.", "SOA").answer  # the apex, in any case
@@ -125,7 +125,7 @@ def test_names_in_the_zone_are_never_forwarded():
 
 
 def test_upstream_none_refuses_out_of_zone_names():
-    with Mcsdns("--upstream", "none") as s:
+    with ForwardingServer("--upstream", "none") as s:
         got = s.query("www.example.test.", "A")
         assert got.rcode() == dns.rcode.REFUSED and not got.answer
         assert s.query(IN_ZONE, "A").answer
@@ -135,7 +135,7 @@ def test_upstream_none_refuses_out_of_zone_names():
 
 
 def test_slow_upstream_gets_servfail_after_the_timeout():
-    with Fake(delay=5) as slow, Mcsdns("--upstream", slow.addr, "--upstream-timeout", "300ms") as s:
+    with Fake(delay=5) as slow, ForwardingServer("--upstream", slow.addr, "--upstream-timeout", "300ms") as s:
         started = time.monotonic()
         got = s.query("slow.example.org.", "A", timeout=8)
         elapsed = time.monotonic() - started
@@ -152,7 +152,7 @@ def test_a_dead_upstream_is_skipped_and_marked_down(knot, dead):
     """sequential tries the dead one first; answers still come from Knot, and after 2 failures it is skipped."""
     with Fake(mode="swallow") as swallow:
         bad = dead_port() if dead == "refused" else swallow.addr
-        with Mcsdns("--upstream", bad, "--upstream", knot.addr, "--policy", "sequential", "--upstream-timeout", "1s") as s:
+        with ForwardingServer("--upstream", bad, "--upstream", knot.addr, "--policy", "sequential", "--upstream-timeout", "1s") as s:
             for _ in range(2):
                 assert s.query("www.example.test.", "A", timeout=3).answer[0][0].address == "192.0.2.1"
             assert metric(s, "mcsdns_forward_upstream_up", to=bad) == 0
@@ -168,7 +168,7 @@ def test_a_dead_upstream_is_skipped_and_marked_down(knot, dead):
 
 def test_an_upstream_that_answers_again_is_used_again(knot):
     with Fake(mode="swallow", address="203.0.113.9") as flaky:
-        with Mcsdns("--upstream", flaky.addr, "--upstream", knot.addr, "--policy", "sequential", "--upstream-timeout", "600ms") as s:
+        with ForwardingServer("--upstream", flaky.addr, "--upstream", knot.addr, "--policy", "sequential", "--upstream-timeout", "600ms") as s:
             for _ in range(2):
                 assert s.query("www.example.test.", "A").answer[0][0].address == "192.0.2.1"  # from Knot
             assert metric(s, "mcsdns_forward_upstream_up", to=flaky.addr) == 0
@@ -180,7 +180,7 @@ def test_an_upstream_that_answers_again_is_used_again(knot):
 
 def test_when_every_upstream_is_down_they_are_tried_anyway():
     with Fake(mode="swallow") as a, Fake(mode="swallow") as b:
-        with Mcsdns("--upstream", a.addr, "--upstream", b.addr, "--upstream-timeout", "200ms") as s:
+        with ForwardingServer("--upstream", a.addr, "--upstream", b.addr, "--upstream-timeout", "200ms") as s:
             for _ in range(4):
                 assert s.query("down.example.org.", "A").rcode() == dns.rcode.SERVFAIL
             assert metric(s, "mcsdns_forward_upstream_up", to=a.addr) == 0
@@ -199,7 +199,7 @@ def test_when_every_upstream_is_down_they_are_tried_anyway():
 @pytest.mark.parametrize("policy", ["round_robin", "random", "sequential"])
 def test_policies_spread_queries_as_named(policy):
     with Fake(address="198.51.100.1") as a, Fake(address="198.51.100.2") as b:
-        with Mcsdns("--upstream", a.addr, "--upstream", b.addr, "--policy", policy) as s:
+        with ForwardingServer("--upstream", a.addr, "--upstream", b.addr, "--policy", policy) as s:
             for i in range(20):
                 assert s.query(f"q{i}.example.org.", "A").rcode() == dns.rcode.NOERROR
         counts = (len(a.queries), len(b.queries))
@@ -212,7 +212,7 @@ def test_policies_spread_queries_as_named(policy):
 
 
 def test_max_concurrent_refuses_the_excess_at_once():
-    with Fake(delay=1.5) as slow, Mcsdns("--upstream", slow.addr, "--max-concurrent", "2", "--upstream-timeout", "4s") as s:
+    with Fake(delay=1.5) as slow, ForwardingServer("--upstream", slow.addr, "--max-concurrent", "2", "--upstream-timeout", "4s") as s:
         def ask(i: int) -> int:
             return s.query(f"c{i}.example.org.", "A", timeout=6).rcode()
 

@@ -16,18 +16,18 @@ import dns.rcode
 import pytest
 
 from test_forward import metric
-from upstreams import FORGED, Fake, Hostile, Mcsdns
+from upstreams import FORGED, Fake, ForwardingServer, Hostile
 
 REASONS = Hostile.FORGERIES
 
 
-def mismatched(server: Mcsdns, reason: str) -> float | None:
+def mismatched(server: ForwardingServer, reason: str) -> float | None:
     return metric(server, "mcsdns_forward_mismatched_replies_total", reason=reason)
 
 
 @pytest.mark.parametrize("tcp", [False, True], ids=["udp", "tcp"])
 def test_forged_replies_are_dropped_and_counted_and_the_true_answer_wins(tcp):
-    with Hostile() as up, Mcsdns("--upstream", up.addr) as s:
+    with Hostile() as up, ForwardingServer("--upstream", up.addr) as s:
         for reason in REASONS + ("source",):
             assert mismatched(s, reason) == 0  # every reason is exported from the start
         answers = [s.query(f"h{i}.example.org.", "A", tcp=tcp).answer for i in range(20)]
@@ -39,7 +39,7 @@ def test_forged_replies_are_dropped_and_counted_and_the_true_answer_wins(tcp):
 
 @pytest.mark.parametrize("tcp", [False, True], ids=["udp", "tcp"])
 def test_forgeries_alone_get_the_client_servfail_not_the_forged_address(tcp):
-    with Hostile(truth=False) as up, Mcsdns("--upstream", up.addr, "--upstream-timeout", "500ms") as s:
+    with Hostile(truth=False) as up, ForwardingServer("--upstream", up.addr, "--upstream-timeout", "500ms") as s:
         reply = s.query("only.example.org.", "A", tcp=tcp, timeout=3)
         assert reply.rcode() == dns.rcode.SERVFAIL and not reply.answer
         counted = {reason: mismatched(s, reason) for reason in REASONS + ("source",)}
@@ -64,7 +64,7 @@ def _udp_sockets(pid: int) -> int:
 
 
 def test_each_forwarded_query_has_its_own_random_port_and_id_and_the_socket_is_closed():
-    with Fake() as up, Mcsdns("--upstream", up.addr) as s:
+    with Fake() as up, ForwardingServer("--upstream", up.addr) as s:
         before = _udp_sockets(s.proc.pid)
         for i in range(200):
             assert s.query(f"p{i}.example.org.", "A").rcode() == dns.rcode.NOERROR
@@ -82,7 +82,7 @@ NAME = "abcdefghijklmnopqrstuvwxyz.example.org."  # 36 letters: all-lower by cha
 
 
 def test_0x20_randomises_the_case_upstream_and_gives_the_client_its_own():
-    with Fake() as up, Mcsdns("--upstream", up.addr, "--forward-0x20") as s:
+    with Fake() as up, ForwardingServer("--upstream", up.addr, "--forward-0x20") as s:
         for spelling in (NAME, NAME.upper(), "AbCdEfGhIjKlMnOpQrStUvWxYz.Example.ORG."):
             reply = s.query(spelling, "A")
             assert reply.rcode() == dns.rcode.NOERROR and reply.answer[0][0].address == up.address
@@ -96,15 +96,15 @@ def test_0x20_randomises_the_case_upstream_and_gives_the_client_its_own():
 
 def test_0x20_drops_replies_that_do_not_echo_the_case():
     with Fake(lowercase=True) as up:
-        with Mcsdns("--upstream", up.addr, "--forward-0x20", "--upstream-timeout", "500ms") as s:
+        with ForwardingServer("--upstream", up.addr, "--forward-0x20", "--upstream-timeout", "500ms") as s:
             assert s.query(NAME, "A", timeout=3).rcode() == dns.rcode.SERVFAIL
             assert mismatched(s, "case") == 1
-        with Mcsdns("--upstream", up.addr) as s:  # without the flag, case is not compared
+        with ForwardingServer("--upstream", up.addr) as s:  # without the flag, case is not compared
             assert s.query(NAME.upper(), "A").answer[0][0].address == up.address
             assert mismatched(s, "case") == 0
 
 
 def test_0x20_over_tcp_gets_the_same_check():
-    with Fake(lowercase=True) as up, Mcsdns("--upstream", up.addr, "--forward-0x20", "--upstream-timeout", "500ms") as s:
+    with Fake(lowercase=True) as up, ForwardingServer("--upstream", up.addr, "--forward-0x20", "--upstream-timeout", "500ms") as s:
         assert s.query(NAME, "A", tcp=True, timeout=3).rcode() == dns.rcode.SERVFAIL
         assert mismatched(s, "case") >= 1

@@ -11,7 +11,7 @@ from kube_server import (
     ES_API,
     MCS,
     NXDOMAIN,
-    McsDns,
+    KubeServer,
     a,
     endpoint_slice,
     ensure_crd,
@@ -30,7 +30,7 @@ def test_changes_show_up_in_answers(testbed: Testbed, fresh_namespace: str, tmp_
     ns = fresh_namespace
     vip, web = fqdn("vip", ns), fqdn("web", ns)
     latencies: dict[str, float] = {}
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         assert server.answer(vip) == NXDOMAIN
 

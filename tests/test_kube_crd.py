@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import MCS, NXDOMAIN, SERVFAIL, McsDns, a, eventually, fqdn, service_import
+from kube_server import MCS, NXDOMAIN, SERVFAIL, KubeServer, a, eventually, fqdn, service_import
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
@@ -18,7 +18,7 @@ def test_crd_installed_after_start(testbed: Testbed, fresh_namespace: str, tmp_p
     ns = fresh_namespace
     testbed.remove_crd()
     try:
-        with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", startup_timeout="1s") as server:
+        with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", startup_timeout="1s") as server:
             status, body = server.ready()
             assert status == 503 and NOT_INSTALLED in body, body
             assert "EndpointSlice" not in body and "Namespace" not in body, body  # those are listed
@@ -43,7 +43,7 @@ def test_crd_serving_only_v1alpha1(testbed: Testbed, fresh_namespace: str, tmp_p
     testbed.install_crd("v0.4.1")
     try:
         testbed.create(service_import(ns, "web", ["10.5.1.1"], api_version=f"{MCS}/v1alpha1"))
-        with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+        with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
             server.wait_until_ready()
             assert server.answer(fqdn("web", ns)) == a("10.5.1.1")
             testbed.patch(f"{MCS}/v1alpha1", "ServiceImport", ns, "web", {"spec": {"ips": ["10.5.1.2"]}})

@@ -13,7 +13,7 @@ import yaml
 from testsupport.cases import MAIN, Z
 from compat.harness import load, unload
 from inspection import assert_explain_agrees, explain, imports
-from kube_server import ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
+from kube_server import ES_API, MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from testsupport.serverproc import FIXTURES
 from testsupport.testbed import Testbed
 
@@ -25,7 +25,7 @@ def test_explain_agrees_with_dns_for_every_contract_case(testbed: Testbed, tmp_p
     objects = [o for o in yaml.safe_load_all((FIXTURES / "contract.yaml").read_text()) if o]
     load(testbed, objects)
     try:
-        with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--namespaces", "testns") as server:
+        with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--namespaces", "testns") as server:
             server.wait_until_ready()
             eventually(lambda: server.answer(f"svc1.testns.svc.{Z}") == a("10.0.0.1"), 10)
             for c in MAIN:
@@ -38,7 +38,7 @@ def test_imports_follow_adds_updates_and_deletes(testbed: Testbed, fresh_namespa
     """Each change is checked on /imports right after DNS shows it: both read the same table."""
     ensure_crd(testbed)
     ns = fresh_namespace
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
 
         def mine() -> dict:
@@ -83,7 +83,7 @@ def test_rejected_objects_appear_with_their_reason(testbed: Testbed, fresh_names
     ns = fresh_namespace
     testbed.create(service_import(ns, "my.svc", ["10.9.1.1"]))  # a valid Kubernetes name, but no DNS label
     testbed.create(service_import(ns, "fine", ["10.9.1.2"]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         doc = imports(server)
         rejected = [r for r in doc["rejected"] if r["namespace"] == ns]
@@ -98,7 +98,7 @@ def test_dns_sd_browsing_follows_the_api(testbed: Testbed, fresh_namespace: str,
     ensure_crd(testbed)
     ns = fresh_namespace
     browse, kinds = f"b._dns-sd._udp.{Z}", f"_services._dns-sd._udp.{ns}.svc.{Z}"
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--dns-sd") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--dns-sd") as server:
         server.wait_until_ready()
         assert server.answer(kinds, "PTR") == ("NXDOMAIN", [])
         testbed.create(service_import(ns, "api", ["10.9.2.1"], port=8080))

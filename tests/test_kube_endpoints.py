@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import NXDOMAIN, McsDns, a, endpoint_slice, ensure_crd, fqdn, service_import
+from kube_server import NXDOMAIN, KubeServer, a, endpoint_slice, ensure_crd, fqdn, service_import
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
@@ -18,7 +18,7 @@ def test_ready_endpoints_becoming_not_ready(testbed: Testbed, fresh_namespace: s
     web = fqdn("web", ns)
     testbed.create(service_import(ns, "web", headless=True))
     testbed.create(endpoint_slice(ns, "web-east", "web", "east", [("10.2.0.1", True), ("10.2.0.2", True)]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         assert server.answer(web) == a("10.2.0.1", "10.2.0.2")
 
@@ -39,7 +39,7 @@ def test_slice_moving_between_clusters(testbed: Testbed, fresh_namespace: str, t
     web = fqdn("web", ns)
     testbed.create(service_import(ns, "web", headless=True))
     testbed.create(endpoint_slice(ns, "web-1", "web", "east", [("10.3.0.1", True)]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         assert server.answer(f"10-3-0-1.east.{web}") == a("10.3.0.1")
         assert server.answer(f"10-3-0-1.west.{web}") == NXDOMAIN

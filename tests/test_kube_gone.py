@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import MCS, NXDOMAIN, McsDns, a, ensure_crd, eventually, fqdn, service_import
+from kube_server import MCS, NXDOMAIN, KubeServer, a, ensure_crd, eventually, fqdn, service_import
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
@@ -19,7 +19,7 @@ def test_watch_gone_relists(testbed: Testbed, fresh_namespace: str, tmp_path: Pa
     ns = fresh_namespace
     for i in range(5):
         testbed.create(service_import(ns, f"svc{i}", [f"10.7.0.{i + 1}"]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         for i in range(5):  # several writes the watch has seen...
             testbed.patch(f"{MCS}/v1beta1", "ServiceImport", ns, f"svc{i}", {"spec": {"ips": [f"10.7.1.{i + 1}"]}})

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import McsDns, a, ensure_crd, eventually, fqdn, service_import
+from kube_server import KubeServer, a, ensure_crd, eventually, fqdn, service_import
 from testsupport.serverproc import ROOT, Server, mcsdns_command
 from test_deploy import DEPLOY, NAME, NAMESPACE, Kubectl, cached_binary
 from testsupport.testbed import Testbed
@@ -234,7 +234,7 @@ def revoke(testbed: Testbed, secret: dict, token: str) -> None:
 # --------------------------------------------------------------------------- the server, as in a pod
 
 
-class PodServer(McsDns):
+class PodServer(KubeServer):
     """`mcsdns serve` with no --kubeconfig, in a private mount namespace holding the service account."""
 
     def __init__(self, testbed: Testbed, volume: ServiceAccountVolume, log_path: Path, *extra: str) -> None:

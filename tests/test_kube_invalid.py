@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import MCS, NODATA, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
+from kube_server import MCS, NODATA, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
@@ -28,7 +28,7 @@ def test_invalid_objects(testbed: Testbed, fresh_namespace: str, tmp_path: Path)
     testbed.create(service_import(ns, "web", headless=True))
     testbed.create(endpoint_slice(ns, "web-east", "web", "east", [("10.9.8.1", True)]))
     # --resync 2s: relists run often, so the `keep` path of a relist is exercised too.
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--resync", "2s") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--resync", "2s") as server:
         server.wait_until_ready()
         assert server.answer(good) == a("10.9.9.1")
         assert server.answer(bad) == a("10.9.9.4")

@@ -21,7 +21,7 @@ import dns.reversename
 import pytest
 import yaml
 
-from kube_server import CLUSTER_ROLE_RULES, ES_API, MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
+from kube_server import CLUSTER_ROLE_RULES, ES_API, MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from testsupport.serverproc import FIXTURES, ROOT
 from testsupport.testbed import ApiError, Testbed
 
@@ -103,11 +103,11 @@ def cluster_property_crd(testbed: Testbed) -> Iterator[None]:
     testbed.delete(f"{ABOUT}/v1beta1", "ClusterProperty", None, PROPERTY)
 
 
-def order(server: McsDns, name: str, rdtype: str = "A") -> list[str]:
+def order(server: KubeServer, name: str, rdtype: str = "A") -> list[str]:
     return [rd.to_text() for rrset in server.query(name, rdtype, timeout=1.0).answer for rd in rrset]
 
 
-def priorities(server: McsDns, name: str) -> dict[str, int]:
+def priorities(server: KubeServer, name: str) -> dict[str, int]:
     return {rd.target.to_text().split(".")[1]: rd.priority
             for rrset in server.query(name, "SRV", timeout=1.0).answer for rd in rrset}
 
@@ -124,7 +124,7 @@ def test_local_cluster_auto_follows_the_cluster_property(testbed: Testbed, fresh
     testbed.create(endpoint_slice(ns, "db-east", "db", "east", [("10.61.1.1", True)]))
     testbed.create(endpoint_slice(ns, "db-north", "db", "north", [("10.61.3.1", True)]))
     everyone = a("10.61.1.1", "10.61.2.1", "10.61.2.2", "10.61.3.1")
-    with McsDns(reader, tmp_path / "mcsdns.log", "--local-cluster", "auto") as server:
+    with KubeServer(reader, tmp_path / "mcsdns.log", "--local-cluster", "auto") as server:
         server.wait_until_ready()
         assert server.answer(db) == everyone
         eventually(lambda: order(server, db)[0] == "10.61.1.1", 10, what=lambda: f"east first\n{server.tail()}")
@@ -155,7 +155,7 @@ def test_local_cluster_auto_without_the_crd_serves_unordered(testbed: Testbed, f
     ns = fresh_namespace
     testbed.create(service_import(ns, "db", headless=True))
     testbed.create(endpoint_slice(ns, "db-west", "db", "west", [("10.62.2.1", True)]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--local-cluster", "auto") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--local-cluster", "auto") as server:
         server.wait_until_ready()
         assert server.answer(fqdn("db", ns)) == a("10.62.2.1")
         assert priorities(server, fqdn("db", ns)) == {"west": 0}
@@ -171,14 +171,14 @@ def _about_gone(testbed: Testbed) -> bool:
     return False
 
 
-def ptr(server: McsDns, ip: str) -> tuple[str, list[str]]:
+def ptr(server: KubeServer, ip: str) -> tuple[str, list[str]]:
     return server.answer(dns.reversename.from_address(ip).to_text(), "PTR")
 
 
 def test_reverse_zones_follow_the_api(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
     ensure_crd(testbed)
     ns = fresh_namespace
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--reverse-cidr", "10.63.0.0/16",
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--reverse-cidr", "10.63.0.0/16",
                 "--reverse-cidr", "fd00:63::/64") as server:
         server.wait_until_ready()
         assert ptr(server, "10.63.0.10")[0] == "NXDOMAIN"
@@ -200,7 +200,7 @@ def test_reverse_zones_follow_the_api(testbed: Testbed, fresh_namespace: str, tm
         server.wait_answer(dns.reversename.from_address("10.63.0.10").to_text(), "PTR", ("NXDOMAIN", []))
 
 
-def count(server: McsDns, kind: str) -> float:
+def count(server: KubeServer, kind: str) -> float:
     return server.metric("mcsdns_programming_duration_seconds_count", kind=kind) or 0
 
 
@@ -208,7 +208,7 @@ def test_programming_duration_is_observed_for_api_writes(testbed: Testbed, fresh
                                                          tmp_path: Path) -> None:
     ensure_crd(testbed)
     ns = fresh_namespace
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         before = {kind: count(server, kind) for kind in ("serviceimport", "endpointslice")}
         sums = {kind: server.metric("mcsdns_programming_duration_seconds_sum", kind=kind) or 0.0 for kind in before}
@@ -257,7 +257,7 @@ def test_local_cluster_id_orders_two_clusters_from_the_api(testbed: Testbed, fre
     testbed.create(endpoint_slice(ns, "db-east", "db", "east", [(ip, True) for ip in sorted(east)]))
     testbed.create(endpoint_slice(ns, "db-west", "db", "west", [(ip, True) for ip in sorted(west)]))
     extra = ("--loadbalance", "round_robin") if balance else ()
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--local-cluster", "west", *extra) as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--local-cluster", "west", *extra) as server:
         server.wait_until_ready()
         server.wait_answer(db, "A", a(*west, *east))
         replies = [order(server, db) for _ in range(7)]

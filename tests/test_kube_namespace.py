@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import MCS, NXDOMAIN, McsDns, a, ensure_crd, fqdn, service_import
+from kube_server import MCS, NXDOMAIN, KubeServer, a, ensure_crd, fqdn, service_import
 from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
@@ -31,7 +31,7 @@ def test_deleted_namespace_takes_its_names(testbed: Testbed, tmp_path: Path) -> 
     testbed.create(service_import(ns, "vip", ["10.4.0.1"]))
     vip = fqdn("vip", ns)
     try:
-        with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+        with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
             server.wait_until_ready()
             assert server.answer(vip) == a("10.4.0.1")
 

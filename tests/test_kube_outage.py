@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import MCS, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
+from kube_server import MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
@@ -22,7 +22,7 @@ def test_apiserver_outage(testbed: Testbed, fresh_namespace: str, tmp_path: Path
     testbed.create(service_import(ns, "vip", ["10.6.0.1"]))
     testbed.create(service_import(ns, "web", headless=True))
     testbed.create(endpoint_slice(ns, "web-east", "web", "east", [("10.6.1.1", True)]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         testbed.stop_apiserver()
         try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import CLUSTER_ROLE_RULES, McsDns, a, ensure_crd, eventually, fqdn, service_import
+from kube_server import CLUSTER_ROLE_RULES, KubeServer, a, ensure_crd, eventually, fqdn, service_import
 from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
@@ -57,7 +57,7 @@ def test_user_with_cluster_role_syncs(testbed: Testbed, fresh_namespace: str, ro
     bind(testbed, role_name, user)
     eventually(lambda: can_list_all(testbed, kubeconfig), 10)
     testbed.create(service_import(fresh_namespace, "web", ["10.8.0.1"]))
-    with McsDns(kubeconfig, tmp_path / "mcsdns.log") as server:
+    with KubeServer(kubeconfig, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         assert server.answer(fqdn("web", fresh_namespace)) == a("10.8.0.1")
         testbed.create(service_import(fresh_namespace, "api", ["10.8.0.2"]))  # the watch is allowed too
@@ -70,7 +70,7 @@ def test_user_without_cluster_role_is_not_ready(testbed: Testbed, fresh_namespac
     user = f"dns-{role_name}"
     kubeconfig = testbed.make_user_kubeconfig(user)
     testbed.create(service_import(fresh_namespace, "web", ["10.8.1.1"]))
-    with McsDns(kubeconfig, tmp_path / "mcsdns.log", startup_timeout="1s") as server:
+    with KubeServer(kubeconfig, tmp_path / "mcsdns.log", startup_timeout="1s") as server:
         status, body = server.ready()
         assert status == 503, body
         for kind, plural in (("ServiceImport", "serviceimports"), ("EndpointSlice", "endpointslices"),

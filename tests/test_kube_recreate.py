@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_server import MCS, NXDOMAIN, McsDns, a, ensure_crd, fqdn, service_import
+from kube_server import MCS, NXDOMAIN, KubeServer, a, ensure_crd, fqdn, service_import
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
@@ -32,7 +32,7 @@ GAPS = (0.0, 0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95)  # seconds between t
 class Asker:
     """Asks one name as fast as one socket allows, on a thread; counts each answer by its value."""
 
-    def __init__(self, server: McsDns, name: str) -> None:
+    def __init__(self, server: KubeServer, name: str) -> None:
         self.server, self.name = server, name
         self.seen: dict[tuple[str, tuple[str, ...]], int] = {}
         self._stop = threading.Event()
@@ -72,7 +72,7 @@ def test_a_recreated_import_never_answers_nxdomain_with_a_delete_grace(testbed: 
     ns = fresh_namespace
     testbed.create(service_import(ns, "web", ["10.4.0.1"]))
     testbed.create(service_import(ns, "gone", ["10.4.0.2"]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--delete-grace", "2s") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--delete-grace", "2s") as server:
         server.wait_until_ready()
         server.wait_answer(fqdn("web", ns), "A", a("10.4.0.1"))
         with Asker(server, fqdn("web", ns)) as asker:
@@ -96,7 +96,7 @@ def test_without_the_grace_a_deleted_import_goes_at_once_as_in_coredns(testbed: 
     ensure_crd(testbed)
     ns = fresh_namespace
     testbed.create(service_import(ns, "web", ["10.4.0.1"]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         server.wait_answer(fqdn("web", ns), "A", a("10.4.0.1"))
         with Asker(server, fqdn("web", ns)) as asker:

@@ -20,7 +20,7 @@ import dns.rcode
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kube_server import ES_API, MCS, NXDOMAIN, McsDns, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
+from kube_server import ES_API, MCS, NXDOMAIN, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.metrics import Metrics
 from mcsdns.objects import Address, EndpointSlice, Namespace, Port, ServiceImport
 from mcsdns.resolve import Resolver
@@ -164,7 +164,7 @@ def test_a_relist_removes_exactly_what_was_deleted(testbed: Testbed, fresh_names
     kept = [i for i in range(SERVICES) if i not in GONE]
     watched = kept[:: len(kept) // 40]  # queried over and over while the API server restarts and the relist runs
 
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
         server.wait_until_ready()
         assert server.answer(fqdn("svc-0", ns)) == a(vip(0))
         assert server.answer(fqdn("web", ns)) == web_before

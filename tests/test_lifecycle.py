@@ -24,7 +24,7 @@ import dns.rcode
 import dns.rrset
 
 from testsupport.serverproc import ROOT, eventually
-from upstreams import Fake, Mcsdns
+from upstreams import Fake, ForwardingServer
 
 from mcsdns.querylog import QueryLog, RateLimitedLog, format_line
 from mcsdns.transport import Listener
@@ -35,7 +35,7 @@ WEB = "web.demo.svc.clusterset.local."
 
 
 
-def exit_code(server: Mcsdns, timeout: float) -> int:
+def exit_code(server: ForwardingServer, timeout: float) -> int:
     assert server.proc is not None
     return server.proc.wait(timeout)
 
@@ -44,7 +44,7 @@ def exit_code(server: Mcsdns, timeout: float) -> int:
 
 
 def test_sigterm_turns_ready_503_keeps_answering_for_the_lameduck_then_exits_0():
-    with Mcsdns("--lameduck", "1.5s") as s:
+    with ForwardingServer("--lameduck", "1.5s") as s:
         assert s.http("/health") == (200, "OK")
         assert s.http("/ready") == (200, "OK")
         s.signal(signal.SIGTERM)
@@ -59,7 +59,7 @@ def test_sigterm_turns_ready_503_keeps_answering_for_the_lameduck_then_exits_0()
 
 
 def test_an_open_tcp_query_finishes_during_shutdown():
-    with Fake(delay=0.8) as slow, Mcsdns("--upstream", slow.addr) as s:
+    with Fake(delay=0.8) as slow, ForwardingServer("--upstream", slow.addr) as s:
         with socket.create_connection(s.addr, timeout=5) as conn:
             wire = dns.message.make_query("slow.example.org.", "A").to_wire()
             conn.sendall(struct.pack(">H", len(wire)) + wire)
@@ -72,7 +72,7 @@ def test_an_open_tcp_query_finishes_during_shutdown():
 
 
 def test_a_second_signal_exits_at_once():
-    with Mcsdns("--lameduck", "30s") as s:
+    with ForwardingServer("--lameduck", "30s") as s:
         s.signal(signal.SIGTERM)
         eventually(lambda: s.http("/ready")[0] == 503)
         s.signal(signal.SIGTERM)
@@ -83,7 +83,7 @@ def test_a_second_signal_exits_at_once():
 def test_sighup_rereads_the_manifests(tmp_path):
     path = tmp_path / "clusterset.yaml"
     path.write_text((ROOT / "mcsdns/examples/clusterset.yaml").read_text())
-    with Mcsdns("--manifests", str(path)) as s:
+    with ForwardingServer("--manifests", str(path)) as s:
         assert s.query(WEB, "A").answer[0][0].address == "10.96.10.10"
         # Same size, same inode, same mtime: the file poll cannot notice this edit; SIGHUP must.
         stat = path.stat()
@@ -110,14 +110,14 @@ LOG_LINE = re.compile(
 )
 
 
-def logged(server: Mcsdns, ids: set[str]) -> list[dict] | None:
+def logged(server: ForwardingServer, ids: set[str]) -> list[dict] | None:
     """The query-log lines of these message IDs, once all of them are in the log."""
     found = [m.groupdict() for m in LOG_LINE.finditer(server.log()) if m["id"] in ids]
     return found if len(found) == len(ids) else None
 
 
 def test_query_log_prints_coredns_log_lines():
-    with Mcsdns("--log-queries") as s:
+    with ForwardingServer("--log-queries") as s:
         q1 = dns.message.make_query(WEB, "A")
         r1 = dns.query.udp(q1, "127.0.0.1", port=s.dns_port, timeout=2)
         q2 = dns.message.make_query("NoThere.demo.svc.clusterset.local.", "AAAA", want_dnssec=True, payload=1232)
@@ -149,7 +149,7 @@ def test_format_line_matches_corednss_example():
 
 
 def test_a_flood_of_bad_packets_is_logged_rate_limited():
-    with Mcsdns("--lameduck", "0") as s:
+    with ForwardingServer("--lameduck", "0") as s:
         bad = dns.message.make_query("x.example.", "A").to_wire()[:14]  # header, then a cut question
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.settimeout(2)

@@ -127,12 +127,12 @@ def test_promtool_unit_tests_fire_every_alert() -> None:
 
 @pytest.mark.kube
 def test_every_referenced_metric_is_exported(testbed, fresh_namespace: str, tmp_path: Path) -> None:
-    from kube_server import McsDns, a, ensure_crd, fqdn, service_import
+    from kube_server import KubeServer, a, ensure_crd, fqdn, service_import
     from upstreams import dead_port
 
     ensure_crd(testbed)
     testbed.create(service_import(fresh_namespace, "web", ["10.9.0.1"]))
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--upstream", dead_port()) as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--upstream", dead_port()) as server:
         server.wait_until_ready()
         server.wait_answer(fqdn("web", fresh_namespace), "A", a("10.9.0.1"))
         server.query("outside.example.", "A", timeout=5)  # one forwarded query (it fails: the upstream is dead)

@@ -30,7 +30,7 @@ import yaml
 from testsupport.cases import MAIN, Z, check, make_query
 from testsupport.objects import headless_service
 from testsupport.serverproc import FIXTURES, ROOT, Server
-from upstreams import Fake, Mcsdns
+from upstreams import Fake, ForwardingServer
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +256,7 @@ def test_pipelined_queries_answered_in_any_order_with_their_ids(manifests, tmp_p
     """RFC 7766 6.2.1.1: 300 queries on one connection, sent in chunks that split frames anywhere, some
     forwarded to a slow upstream so their answers overtake nothing: every reply carries its query's ID and
     question, and the forwarded ones arrive after later in-zone ones."""
-    with Fake(delay=0.3) as upstream, Mcsdns("--manifests", str(manifests), "--namespaces", "testns", "--upstream", upstream.addr,
+    with Fake(delay=0.3) as upstream, ForwardingServer("--manifests", str(manifests), "--namespaces", "testns", "--upstream", upstream.addr,
                                              "--upstream-timeout", "3s") as s:  # fmt: skip
         cases = [c for c in MAIN if c.rcode == "NOERROR"][:20]
         queries = []
@@ -447,7 +447,7 @@ def test_forwarding_to_a_dead_upstream_stays_bounded(manifests):
     """An upstream that swallows everything: 400 out-of-zone queries in a burst. At most --max-concurrent wait
     (the rest are REFUSED at once), each waiting one gets SERVFAIL after --upstream-timeout, in-zone names
     are answered meanwhile, and nothing is left in flight or in memory afterwards."""
-    with Fake(mode="swallow") as upstream, Mcsdns("--manifests", str(manifests), "--namespaces", "testns", "--upstream", upstream.addr,
+    with Fake(mode="swallow") as upstream, ForwardingServer("--manifests", str(manifests), "--namespaces", "testns", "--upstream", upstream.addr,
                                                   "--upstream-timeout", "1s", "--max-concurrent", "50") as s:  # fmt: skip
         rss_before = rss_mb(s.proc.pid)
         for round_ in range(3):

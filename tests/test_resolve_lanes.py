@@ -19,7 +19,7 @@ import pytest
 from testsupport.cases import MAIN
 from mcsdns import compile as zone
 from mcsdns.objects import InvalidObject, convert
-from mcsdns.resolve import Resolver
+from mcsdns.resolve import Forward, Resolver
 from mcsdns.wire import split_labels
 from test_zone import build
 
@@ -88,6 +88,33 @@ def test_folded_cache_keeps_the_zone_spelling_of_srv_targets(resolver):
     targets = [rd.target.to_text() for rrset in dns.message.from_wire(second).answer for rd in rrset]
     assert targets and all("ClusterSet.local." in t for t in targets)
     assert first != second
+
+
+def test_every_lane_returns_the_query_it_answered_and_keeps_none(resolver):
+    """`resolve` returns, beside the reply, the query the observers (metrics, query log) label it
+    by, from every lane: compiled, packet cache, folded cache, full parse, absent name, forward,
+    and None for a packet it could not read. Once it has returned, no query is left on the resolver
+    outside its caches (the transport used to read one left behind)."""
+    name = "svc1.testns.svc.clusterset.local"
+    r = Resolver(resolver.table, forwarding=True)
+    edns = dns.message.make_query(name, "AAAA", use_edns=0, want_dnssec=True).to_wire()
+    packets = [plain_query(name, 1), plain_query(name, 1, qid=7),  # compiled lane, then the packet cache
+               plain_query(name.upper(), 33), plain_query(name.upper(), 33, qid=9),  # folded cache
+               edns, plain_query("a1b2c3." + name, 1), plain_query("example.org", 1)]  # parse, absent, forward
+    for packet in packets:
+        reply, q = r.resolve(packet)
+        want = dns.message.from_wire(packet)
+        assert q is not None and (q.qtype, q.edns) == (want.question[0].rdtype, want.edns >= 0), packet
+        assert q.lname == wire_name(want.question[0].name.to_text().lower())
+        if isinstance(reply, Forward):
+            assert q.lname == wire_name("example.org") and reply.query is q  # the very query beside it
+        else:
+            assert reply == full_path(resolver, packet), packet
+        assert not [k for k, v in vars(r).items() if v is q], "a query left on the resolver"
+    garbage = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + b"\x07"  # a question that ends too soon
+    reply, q = r.resolve(garbage)
+    assert q is None and dns.message.from_wire(reply, question_only=True).rcode() == dns.rcode.FORMERR
+    assert r.resolve(b"\x12\x34") == (None, None)  # no header: dropped
 
 
 def test_absent_names_get_what_the_zone_logic_says(resolver):

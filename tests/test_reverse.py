@@ -24,7 +24,7 @@ from testsupport.cases import Z
 from testsupport.objects import endpoint_slice, namespace, service_import
 from mcsdns import reverse
 from testsupport.serverproc import FIXTURES, ROOT, eventually
-from upstreams import Fake, Mcsdns
+from upstreams import Fake, ForwardingServer
 
 NS = "rev"
 HTTP = [{"name": "http", "protocol": "TCP", "port": 80}]
@@ -113,7 +113,7 @@ def served(manifests, upstream):
     args = ["--manifests", str(manifests), "--upstream", upstream.addr]
     for cidr in CIDRS:
         args += ["--reverse-cidr", cidr]
-    with Mcsdns(*args) as s:
+    with ForwardingServer(*args) as s:
         yield s
 
 
@@ -204,7 +204,7 @@ def test_a_change_to_the_objects_reaches_the_ptr_answers(served, manifests):
 
 
 def test_without_the_flag_reverse_names_are_forwarded(manifests, upstream):
-    with Mcsdns("--manifests", str(manifests), "--upstream", upstream.addr) as plain:
+    with ForwardingServer("--manifests", str(manifests), "--upstream", upstream.addr) as plain:
         for ip in ("10.50.0.10", "10.50.1.2", "fd00:50::10"):
             name = dns.reversename.from_address(ip)
             before = len(upstream.queries)
@@ -286,7 +286,7 @@ def test_the_example_stub_zones_reach_mcsdns_through_coredns(testbin, tmp_path, 
     ]  # fmt: skip
     path = tmp_path / "stub.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    with Mcsdns("--manifests", str(path), "--upstream", upstream.addr,
+    with ForwardingServer("--manifests", str(path), "--upstream", upstream.addr,
                 "--reverse-cidr", "10.112.0.0/16", "--reverse-cidr", "fd00:20::/48") as server:
         port = free_port()
         (tmp_path / "Corefile").write_text(example_blocks(port, f"127.0.0.1:{server.dns_port}"))

@@ -25,7 +25,7 @@ import time
 import dns.message
 import pytest
 
-from kube_server import MCS, McsDns, ensure_crd, fqdn, service_import
+from kube_server import MCS, KubeServer, ensure_crd, fqdn, service_import
 from test_monitoring import promtool
 from testsupport.cases import MAIN, check, make_query
 from testsupport.serverproc import FIXTURES, Server, eventually, http_get
@@ -249,7 +249,7 @@ def test_workers_hold_one_watch_and_every_worker_follows_the_api(testbed, fresh_
     resources = ("serviceimports", "endpointslices")
     base = {r: watches(testbed, r) for r in resources}
     vip = fqdn("vip", ns)
-    with McsDns(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--workers", "2") as server:
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--workers", "2") as server:
         server.wait_until_ready()
         opened = lambda: {r: watches(testbed, r) - base[r] for r in resources}  # noqa: E731
         eventually(lambda: opened() == dict.fromkeys(resources, 1.0), timeout=15,

@@ -4,7 +4,7 @@
 is a UDP+TCP server in a thread that answers every A query with a fixed
 address after an optional delay, or swallows queries, and records what it
 received byte for byte (and, over UDP, from where). `Hostile` is a Fake that
-sends forged replies before each true one. `Mcsdns` is the shared
+sends forged replies before each true one. `ForwardingServer` is the shared
 `serverproc.Server` with a readiness probe inside the zone, so a server whose
 upstreams are dead still counts as started.
 """
@@ -293,8 +293,9 @@ def dead_port() -> str:
     return f"127.0.0.1:{free_port()}"
 
 
-class Mcsdns(Server):
-    """serverproc.Server, ready when the zone answers (out-of-zone probes would go to the upstreams)."""
+class ForwardingServer(Server):
+    """`mcsdns serve` that forwards (the tests of forwarding, metrics, lifecycle): serverproc.Server, ready
+    when the zone answers, so the upstreams see only the test's queries (the base probe is out of zone)."""
 
     def _answers(self) -> bool:
         try:
@@ -302,3 +303,5 @@ class Mcsdns(Server):
             return reply.rcode() == dns.rcode.NOERROR
         except Exception:
             return False
+
+

@@ -1,7 +1,7 @@
 """The fuzz engine: packet and object mutators, the invariants every reply and object must keep, and
 the long runs (`python -m testsupport.fuzz --inputs 5000000 --seed N`, docs/reliability.md).
 
-Packets: random and mutated queries go through `Resolver.handle` in-process
+Packets: random and mutated queries go through `Resolver.resolve` in-process
 (the same call the UDP and TCP listeners make) and through `Metrics.observe`
 (which the listeners call on the same bytes). Invariants, for every input:
 
@@ -338,7 +338,7 @@ def check_reply(query: bytes, reply: Any, tcp: bool) -> str:
             raise Violation("a Forward that does not carry the query")
         return "forward"
     if type(reply) is not bytes:
-        raise Violation(f"handle returned {type(reply).__name__}")
+        raise Violation(f"resolve returned {type(reply).__name__}")
     if len(query) < 12:
         raise Violation("a reply to a packet without a header")
     if reply[:2] != query[:2]:
@@ -369,17 +369,19 @@ WHERE = {False: Listener("dns://127.0.0.1:53", "udp", 1), True: Listener("dns://
 
 
 def run_one(resolver: Resolver, metrics: Metrics, query: bytes, tcp: bool) -> str:
-    """One packet through what a listener does with it: handle, then the observers (metrics, query log)."""
+    """One packet through what a listener does with it: resolve, then the observers (metrics, query log)."""
     started = time.perf_counter()
     try:
-        reply = resolver.handle(query, tcp)
-    except Exception as exc:  # the invariant: handle never raises
-        raise Violation(f"Resolver.handle raised {exc!r}") from exc
+        reply, q = resolver.resolve(query, tcp)
+    except Exception as exc:  # the invariant: resolve never raises
+        raise Violation(f"Resolver.resolve raised {exc!r}") from exc
     outcome = check_reply(query, reply, tcp)
     if isinstance(reply, Forward):  # what the transport observes once the forwarder gave up
+        if q is not reply.query:
+            raise Violation("resolve returned a Forward with another query beside it")
         q, sent, forwarded = reply.query, error_reply(query, 2, reply.query), True
     else:
-        q, sent, forwarded = resolver.last_query, reply, False
+        sent, forwarded = reply, False
     try:
         metrics.observe(WHERE[tcp], CLIENT, query, q, sent, started, forwarded)
         if sent is not None:

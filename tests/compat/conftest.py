@@ -29,7 +29,7 @@ from .compare import TALLY
 from .coredns import Block, CoreDNS, coredns_version, find_coredns
 from .dnsclient import UDP_EDNS, Ask
 from .generator import asks, generate, load_manifests, names
-from .harness import SEED, SOURCE, McsDns, Unsynced, World, load, merge, unload
+from .harness import SEED, SOURCE, CompatServer, Unsynced, World, load, merge, unload
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
@@ -74,7 +74,7 @@ def unsynced(testbed: Testbed, coredns_binary: Path, workdir: Path) -> Iterator[
     load(testbed, [o for o in contract.objects if o["kind"] in ("Namespace", "EndpointSlice")])
     core = CoreDNS(testbed.kubeconfig_path, workdir, [Block(("testns",))], startup_timeout="1s",
                    name="coredns-unsynced")
-    mine = McsDns(testbed, workdir, "mcsdns-unsynced", "--namespaces", "testns", "--startup-timeout", "1s",
+    mine = CompatServer(testbed, workdir, "mcsdns-unsynced", "--namespaces", "testns", "--startup-timeout", "1s",
                   wait_ready=False)
     try:
         core.start(wait_ready=False)
@@ -101,8 +101,8 @@ def world(testbed: Testbed, unsynced: Unsynced, coredns_binary: Path, workdir: P
     generated = generate(SEED)
     load(testbed, contract.objects + generated.objects)
     core = CoreDNS(testbed.kubeconfig_path, workdir, [Block(), Block(("testns",))], name="coredns")
-    all_ns = McsDns(testbed, workdir, "mcsdns-all", "--startup-timeout", "30s")
-    testns = McsDns(testbed, workdir, "mcsdns-testns", "--namespaces", "testns", "--startup-timeout", "30s")
+    all_ns = CompatServer(testbed, workdir, "mcsdns-all", "--startup-timeout", "30s")
+    testns = CompatServer(testbed, workdir, "mcsdns-testns", "--namespaces", "testns", "--startup-timeout", "30s")
     w = None
     try:
         core.start()

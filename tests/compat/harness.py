@@ -86,8 +86,9 @@ def merge(name: str, *datasets: Dataset) -> Dataset:
 # --------------------------------------------------------------------------- mcsdns
 
 
-class McsDns(Server):
-    """`mcsdns serve` against the testbed (or, for debugging, a dump of it)."""
+class CompatServer(Server):
+    """`mcsdns serve` against the testbed (or, for debugging, a dump of it): the mcsdns side of each
+    differential pair (CoreDNS is the other), with --upstream none and the contract's --ns-address."""
 
     def __init__(self, testbed: Testbed, workdir: Path, name: str, *args: str, wait_ready: bool = True) -> None:
         self.testbed = testbed
@@ -98,7 +99,7 @@ class McsDns(Server):
                   else ["--kubeconfig", str(testbed.kubeconfig_path)])
         super().__init__(*source, "--upstream", "none", "--ns-address", NS_ADDRESS, *args, wait_ready=wait_ready)
 
-    def start(self, log_path: Path | None = None, timeout: float = 60) -> "McsDns":
+    def start(self, log_path: Path | None = None, timeout: float = 60) -> "CompatServer":
         if self.manifests:
             dump_api(self.testbed, self.manifests)
         return super().start(log_path or self.workdir / f"{self.name}.log", timeout)
@@ -110,6 +111,8 @@ class McsDns(Server):
             self.signal(signal.SIGHUP)
 
 
+
+
 # --------------------------------------------------------------------------- the pairs
 
 
@@ -118,7 +121,7 @@ class Unsynced:
     """A CoreDNS and an mcsdns started while the ServiceImport CRD did not exist."""
 
     coredns: CoreDNS
-    mcsdns: McsDns
+    mcsdns: CompatServer
     contract: Dataset
     diffs: list[compare.Difference] = field(default_factory=list)
     ready_before: tuple[int, int] = (0, 0)
@@ -135,8 +138,8 @@ class World:
 
     testbed: Testbed
     coredns: CoreDNS
-    mcsdns_all: McsDns
-    mcsdns_testns: McsDns
+    mcsdns_all: CompatServer
+    mcsdns_testns: CompatServer
     contract: Dataset
     generated: Dataset
     everything: Dataset

@@ -44,7 +44,7 @@ from testsupport.objects import endpoint, endpoint_slice, namespace, service_imp
 from testsupport.serverproc import eventually as _eventually
 
 from .coredns import Block, CoreDNS
-from .harness import McsDns, World
+from .harness import CompatServer, World
 
 pytestmark = pytest.mark.kube
 
@@ -201,7 +201,7 @@ def build(world: World, name: str, families: list[str], domain: str, index: int,
 def custom_domain_servers(world: World, workdir: Path) -> Iterator[tuple[int, int]]:
     """(mcsdns, CoreDNS) ports of the custom-domain pair, same API as the others."""
     core = CoreDNS(world.testbed.kubeconfig_path, workdir, [Block()], name="coredns-custom-domain", zone=CUSTOM_DOMAIN)
-    mine = McsDns(world.testbed, workdir, "mcsdns-custom-domain", "--zone", CUSTOM_DOMAIN, "--startup-timeout", "30s")
+    mine = CompatServer(world.testbed, workdir, "mcsdns-custom-domain", "--zone", CUSTOM_DOMAIN, "--startup-timeout", "30s")
     try:
         core.start()
         mine.start()

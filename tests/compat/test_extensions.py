@@ -23,15 +23,15 @@ from testsupport.serverproc import record_sets
 
 from .dnsclient import TCP, UDP_EDNS, exchange
 from .generator import SOURCE_CLUSTER, asks, names
-from .harness import SEED, McsDns, World, eventually
+from .harness import SEED, CompatServer, World, eventually
 
 LOCAL = "east"
 FLAGS = ("--local-cluster", LOCAL, "--reverse-cidr", "10.0.0.0/8", "--reverse-cidr", "fd00::/8")
 
 
 @pytest.fixture(scope="module")
-def flagged(world: World) -> Iterator[McsDns]:
-    server = McsDns(world.testbed, world.workdir, "mcsdns-flags", *FLAGS, "--startup-timeout", "30s")
+def flagged(world: World) -> Iterator[CompatServer]:
+    server = CompatServer(world.testbed, world.workdir, "mcsdns-flags", *FLAGS, "--startup-timeout", "30s")
     server.start()
     try:
         yield server
@@ -60,7 +60,7 @@ def addresses_by_locality(world: World) -> tuple[set[str], set[str]]:
     return local - other, other - local
 
 
-def test_flags_on_same_answer_sets_as_coredns(world: World, flagged: McsDns) -> None:
+def test_flags_on_same_answer_sets_as_coredns(world: World, flagged: CompatServer) -> None:
     eventually(lambda: flagged.http("/ready")[0] == 200, 60, what="the flagged mcsdns synced")
     questions = [ask for _, ask in asks(names(world.everything), SEED, transports=(UDP_EDNS, TCP))]
     coredns, plain, with_flags = (exchange(port, questions) for port in

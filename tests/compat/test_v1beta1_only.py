@@ -26,7 +26,7 @@ from testsupport.testbed import Testbed
 from .compare import TALLY
 from .coredns import Block, CoreDNS
 from .generator import MCS
-from .harness import SOURCE, McsDns, World, load
+from .harness import SOURCE, CompatServer, World, load
 
 pytestmark = [pytest.mark.kube,
               pytest.mark.skipif(SOURCE == "manifests", reason="the manifests debugging aid dumps v1alpha1 objects")]
@@ -43,7 +43,7 @@ def _failures(port: int) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def v1beta1_only(testbed: Testbed, world: World, workdir: Path) -> Iterator[tuple[CoreDNS, McsDns]]:
+def v1beta1_only(testbed: Testbed, world: World, workdir: Path) -> Iterator[tuple[CoreDNS, CompatServer]]:
     testbed.remove_crd()  # objects written at v1alpha1 keep it in their managedFields: start afresh
     testbed.install_crd("v0.5.0", only="v1beta1")
     assert testbed.served_mcs_versions() == ["v1beta1"]
@@ -52,7 +52,7 @@ def v1beta1_only(testbed: Testbed, world: World, workdir: Path) -> Iterator[tupl
     load(testbed, objects)
     core = CoreDNS(testbed.kubeconfig_path, workdir, [Block(("testns",))], startup_timeout="2s",
                    name="coredns-v1beta1")
-    mine = McsDns(testbed, workdir, "mcsdns-v1beta1", "--namespaces", "testns", "--startup-timeout", "30s")
+    mine = CompatServer(testbed, workdir, "mcsdns-v1beta1", "--namespaces", "testns", "--startup-timeout", "30s")
     try:
         core.start(wait_ready=False)
         mine.start()
