@@ -461,6 +461,7 @@ class Watcher:
         }
         limit = timeout + self.stream_slack
         self.conn.drop_idle()  # the stream starts on a new connection, not on one that may have stalled idle
+        opened = time.monotonic()
         resp = self.conn.open(path, query, self.resource.watch_accept, limit)
         # Counted from the headers: the server started its timeoutSeconds before it sent them.
         watchdog = Watchdog(limit, self.stream_slack, resp)
@@ -478,6 +479,10 @@ class Watcher:
                 yield from self.event(event)
         except (Unreachable, ServerError) as exc:
             if watchdog.fired:  # the cut read fails one way or another: report why it was cut
+                raise self.stalled(timeout) from exc
+            if isinstance(exc, Unreachable) and time.monotonic() >= opened + limit:
+                # The socket's read timeout (also `limit`, counted from the last byte) can beat the
+                # watchdog's thread to the same stall: silent for `limit`, past the stream's end.
                 raise self.stalled(timeout) from exc
             raise
         finally:
