@@ -379,8 +379,9 @@ def _lookup(req: Request, view: ZoneView) -> tuple[list[Entry], bool]:
 COMPILED_TYPES = (A, AAAA, SRV)
 
 
-def service_names(svc: Service) -> Iterable[tuple[str, ...]]:
-    """The lower-cased names (left of the zone) a service answers for in canonical spelling."""
+def service_names(svc: Service, endpoint_names: bool = True) -> Iterable[tuple[str, ...]]:
+    """The lower-cased names (left of the zone) a service answers for in canonical spelling;
+    without the per-endpoint names (`<hostname>.<cluster>`) when `endpoint_names` is False."""
     imp = svc.imp
     base = (imp.name, imp.namespace, "svc")
     yield base
@@ -391,7 +392,7 @@ def service_names(svc: Service) -> Iterable[tuple[str, ...]]:
     for p in ports:
         if p.name and p.protocol and len(p.name) < 63:  # `_` + a 63-byte port name is no DNS label: no such name
             seen.add((f"_{p.name.lower()}", f"_{p.protocol.lower()}"))
-    for sl in svc.slices:
+    for sl in svc.slices if endpoint_names else ():
         if sl.cluster is None:
             continue
         for addr in sl.addresses:
@@ -418,8 +419,15 @@ def compile_service(
     by_endpoint: dict[tuple[str, str], list[Entry]] | None = None
     members = _address_members(svc) if exposed and imp.headless else None
     shared: dict[tuple[tuple[int, ...], int], Answer] = {}
+    # Names with the same slices share their A/AAAA answer: it is computed from the shortest of
+    # their groups (a port name's 1000 entries rather than the service name's 100,000).
+    shortest: dict[tuple[int, ...], Group] = {}
+    if members is not None:
+        for same_key, group_of in [(members[None], bare), *((members.get(k, ()), g) for k, g in by_port.items())]:
+            if same_key not in shortest or len(group_of[0]) < len(shortest[same_key][0]):
+                shortest[same_key] = group_of
     glue_records: Glue = {}
-    for labels in service_names(svc):
+    for labels in service_names(svc, endpoint_names):
         req = parse(labels)
         group: Group | None = None
         same: tuple[int, ...] | None = None  # headless: the slices a name's A/AAAA answer comes from
@@ -445,7 +453,8 @@ def compile_service(
             elif same is not None and qtype != SRV:
                 found = shared.get((same, qtype))
                 if found is None:
-                    found = shared[(same, qtype)] = respond(group[0], group[1], qtype, ttl)
+                    entries, exists = shortest.get(same, group)
+                    found = shared[(same, qtype)] = respond(entries, exists, qtype, ttl)
                 yield labels, qtype, found
             else:
                 yield labels, qtype, respond(group[0], group[1], qtype, ttl, glue_records)

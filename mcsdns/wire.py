@@ -306,15 +306,24 @@ class Renderer:
         self.qlen = len(lname) + 4
         self.zone_at = 12 + len(lname) - zone_len  # offset of the zone inside the question
         self.zone_lname = lname[len(lname) - zone_len :]
-        # Suffixes of the question name that owners may point to: relative labels -> offset.
-        qlabels = split_labels(lname)
-        zone_labels = len(split_labels(self.zone_lname))
-        rel = qlabels[: len(qlabels) - zone_labels]
-        offsets = label_offsets(lname)
-        self.suffixes = {rel[i:]: 12 + offsets[i] for i in range(len(rel))}
-        self.suffixes[()] = self.zone_at
+        self.lname = lname
+        self._suffixes: dict[tuple[str, ...], int] | None = None  # see `suffixes`
         # SRV targets already written by `render` (lower-cased labels -> message offset).
         self.targets: dict[tuple[str, ...], int] = {}
+
+    @property
+    def suffixes(self) -> dict[tuple[str, ...], int]:
+        """Suffixes of the question name that owners may point to: relative labels -> offset.
+
+        Derived on first use: most answers (addresses, SRV answers and the glue their targets
+        point to) name nothing but the question, and a whole-table compile renders 60,000 of them."""
+        if self._suffixes is None:
+            lname = self.lname
+            rel = split_labels(lname[: self.zone_at - 12] + b"\x00")
+            offsets = label_offsets(lname)
+            self._suffixes = {rel[i:]: 12 + offsets[i] for i in range(len(rel))}
+            self._suffixes[()] = self.zone_at
+        return self._suffixes
 
     def name(self, labels: tuple[str, ...]) -> bytes:
         """A name below the zone, compressed against the question."""
@@ -363,7 +372,7 @@ class Renderer:
         lowered_of, addresses = names.lowered, names.addresses
         zone = self.zone_lname
         at_body = 12 + self.qlen  # message offset of the body
-        srv_ttl, srv_parts = -1, names.srv_targets(zone, 0)
+        srv_ttl, srv_parts = -1, {}  # the NameCache's SRV parts for the TTL of the last SRV record
         count = 0
         for rec in ans.answer + ans.additional:
             rtype, owner, ttl, data = rec.rtype, rec.owner, rec.ttl, rec.data
