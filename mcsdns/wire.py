@@ -373,6 +373,7 @@ class Renderer:
         zone = self.zone_lname
         at_body = 12 + self.qlen  # message offset of the body
         srv_ttl, srv_parts = -1, {}  # the NameCache's SRV parts for the TTL of the last SRV record
+        end, slot, first_at, srv_fixed = ends.append, slots.append, targets.setdefault, SRV_FIXED.pack
         count = 0
         for rec in ans.answer + ans.additional:
             rtype, owner, ttl, data = rec.rtype, rec.owner, rec.ttl, rec.data
@@ -401,16 +402,16 @@ class Renderer:
                 fixed, rdata, lowered, spelled_len = parts
                 start = len(out) + 10 + 6  # where the target starts in the body
                 if at_body + start < 0x4000:
-                    targets.setdefault(lowered, at_body + start)
-                slots.append(start + spelled_len)  # the zone after the target's own labels
+                    first_at(lowered, at_body + start)
+                slot(start + spelled_len)  # the zone after the target's own labels
                 out += fixed
-                out += SRV_FIXED.pack(prio, weight, port)
+                out += srv_fixed(prio, weight, port)
                 out += rdata
             else:
                 rdata = self.rdata(rtype, data)
                 out += RR_FIXED.pack(rtype, CLASS_IN, ttl, len(rdata))
                 out += rdata
-            ends.append(len(out))
+            end(len(out))
             count += 1
             if len(out) > room:
                 break
