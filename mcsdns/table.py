@@ -19,11 +19,13 @@ sync every change is compiled as it arrives.
 
 from __future__ import annotations
 
+import functools
+import gc
 import logging
 import struct
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Protocol, TypeVar
 
 from . import compile as zone
 from . import vocab
@@ -47,6 +49,31 @@ class NameIndex(Protocol):
     def explain(self, labels: tuple[str, ...]) -> str | None: ...
 
 log = logging.getLogger(__name__)
+
+Method = TypeVar("Method", bound=Callable[..., object])
+
+
+def collector_paused(method: Method) -> Method:
+    """`method` run with Python's cyclic garbage collector paused (unless it is off already).
+
+    Compiling allocates objects by the hundred thousand (1000 endpoints x 100 ports: 100,000
+    entries and SRV records) and frees them by reference counting, with no cycles among them;
+    the collector, triggered by the allocations alone, would scan them (and every object the
+    table holds) over and over for nothing: a fifth of such a compile. The pause lasts one call.
+    """
+
+    @functools.wraps(method)
+    def paused(*args: object, **kwargs: object) -> object:
+        if not gc.isenabled():
+            return method(*args, **kwargs)
+        gc.disable()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused  # type: ignore[return-value]
+
 
 QTYPE_IN = {t: struct.pack(">HH", t, vocab.CLASS_IN) for t in zone.COMPILED_TYPES}
 PTR_IN = struct.pack(">HH", vocab.PTR, vocab.CLASS_IN)
@@ -181,6 +208,7 @@ class Table:
             for kind, stamp in changes.stamps:
                 self.on_stamped(kind, stamp)
 
+    @collector_paused
     def _compile_everything(self, triggers: dict[ServiceKey, str]) -> None:
         """The initial sync: compile every service once (nothing was compiled before)."""
         started = time.monotonic()
@@ -209,6 +237,7 @@ class Table:
         self._soa.clear()
         self._compile_apex()
 
+    @collector_paused
     def compile(self, key: ServiceKey) -> None:
         """Swap in one service's compiled answers (or remove them)."""
         old = self.owned.pop(key, [])

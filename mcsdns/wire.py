@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+import sys
 from dataclasses import dataclass
 
 from .vocab import AAAA, CLASS_IN, NS, OPT, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
@@ -241,13 +242,15 @@ class NameCache:
     The table makes one per service compile and drops it after, so nothing outlives the compile.
     """
 
-    __slots__ = ("addresses", "_lowered", "_targets", "_lengths")
+    __slots__ = ("addresses", "_lowered", "_targets", "_lengths", "_prefixes", "_srv")
 
     def __init__(self) -> None:
         self.addresses: dict[tuple[int, int, str], bytes] = {}  # (type, ttl, address) -> the record after its owner
         self._lowered: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._targets: dict[tuple[str, ...], tuple[bytes, tuple[str, ...]]] = {}
         self._lengths: dict[tuple[str, ...], int] = {}
+        self._prefixes: dict[tuple[str, ...], tuple[tuple[tuple[str, ...], bytes], ...]] = {}
+        self._srv: dict[tuple[bytes, int], dict[tuple[str, ...], tuple[bytes, bytes, tuple[str, ...], int]]] = {}
 
     def lowered(self, labels: tuple[str, ...]) -> tuple[str, ...]:
         found = self._lowered.get(labels)
@@ -268,6 +271,27 @@ class NameCache:
             found = self._lengths[labels] = _wire_len(labels)
         return found
 
+    def prefixes(self, labels: tuple[str, ...]) -> tuple[tuple[tuple[str, ...], bytes], ...]:
+        """For each way to cut `labels`, longest suffix first: (the suffix lower-cased, the labels
+        before it encoded). A name compressed against a question is the first cut whose suffix the
+        question holds (Renderer.name); the glue owners no SRV target points to take it per answer."""
+        found = self._prefixes.get(labels)
+        if found is None:
+            lowered = self.lowered(labels)
+            found = self._prefixes[labels] = tuple(
+                (lowered[i:], encode_labels(labels[:i])) for i in range(len(labels) + 1)
+            )
+        return found
+
+    def srv_targets(self, zone: bytes, ttl: int) -> dict[tuple[str, ...], tuple[bytes, bytes, tuple[str, ...], int]]:
+        """For SRV records in `zone` (wire form) with `ttl`: target labels ->
+        (type, class, TTL and length; the target spelled out with the zone; the target lower-cased;
+        the length of its labels before the zone). Filled by Renderer.render."""
+        found = self._srv.get((zone, ttl))
+        if found is None:
+            found = self._srv[(zone, ttl)] = {}
+        return found
+
 
 class Renderer:
     """Encodes `Answer`s for one question layout (name length and zone position).
@@ -282,77 +306,57 @@ class Renderer:
         self.qlen = len(lname) + 4
         self.zone_at = 12 + len(lname) - zone_len  # offset of the zone inside the question
         self.zone_lname = lname[len(lname) - zone_len :]
-        # Suffixes of the question name that owners may point to: relative labels -> offset.
-        qlabels = split_labels(lname)
-        zone_labels = len(split_labels(self.zone_lname))
-        rel = qlabels[: len(qlabels) - zone_labels]
-        offsets = label_offsets(lname)
-        self.suffixes = {rel[i:]: 12 + offsets[i] for i in range(len(rel))}
-        self.suffixes[()] = self.zone_at
-        # SRV targets already written (lower-cased labels -> message offset): glue owners point
-        # there, as miekg/dns compresses them, so the same records fit a size limit as in CoreDNS.
+        self.lname = lname
+        self._suffixes: dict[tuple[str, ...], int] | None = None  # see `suffixes`
+        # SRV targets already written by `render` (lower-cased labels -> message offset).
         self.targets: dict[tuple[str, ...], int] = {}
+
+    @property
+    def suffixes(self) -> dict[tuple[str, ...], int]:
+        """Suffixes of the question name that owners may point to: relative labels -> offset.
+
+        Derived on first use: most answers (addresses, SRV answers and the glue their targets
+        point to) name nothing but the question, and a whole-table compile renders 60,000 of them."""
+        if self._suffixes is None:
+            lname = self.lname
+            rel = split_labels(lname[: self.zone_at - 12] + b"\x00")
+            offsets = label_offsets(lname)
+            self._suffixes = {rel[i:]: 12 + offsets[i] for i in range(len(rel))}
+            self._suffixes[()] = self.zone_at
+        return self._suffixes
 
     def name(self, labels: tuple[str, ...]) -> bytes:
         """A name below the zone, compressed against the question."""
-        lowered = tuple(label.lower() for label in labels)
-        for i in range(len(labels) + 1):
-            at = self.suffixes.get(lowered[i:])
+        suffixes = self.suffixes
+        for suffix, prefix in self.names.prefixes(labels):
+            at = suffixes.get(suffix)
             if at is not None:
-                return encode_labels(labels[:i]) + pointer(at)
+                return prefix + pointer(at)
         raise AssertionError("the zone suffix is always present")
 
-    def record(self, rec: Record, out: bytearray, zone_slots: list[int]) -> None:
-        rtype, data = rec.rtype, rec.data
-        names = self.names
-        if rec.owner is None:
-            owner = _QUESTION
-        else:
-            at = self.targets.get(names.lowered(rec.owner))
-            owner = pointer(at) if at is not None else self.name(rec.owner)
-        if rtype == A or rtype == AAAA:  # most records of a large answer: the same bytes in every answer
-            key = (rtype, rec.ttl, data)
-            fixed = names.addresses.get(key)
-            if fixed is None:
-                fixed = names.addresses[key] = _address_record(rtype, rec.ttl, data)
-            out += owner
-            out += fixed
-            return
-        if rtype == SRV:
-            prio, weight, port, target = data
-            spelled, lowered = names.target(target)
-            start = len(out) + len(owner) + 10 + 6  # where the target starts in the body
-            at = 12 + self.qlen + start  # message offset of the target
-            if at < 0x4000:
-                self.targets.setdefault(lowered, at)
-            zone_slots.append(start + len(spelled))
-            out += owner
-            out += RR_FIXED.pack(SRV, CLASS_IN, rec.ttl, 6 + len(spelled) + len(self.zone_lname))
-            out += SRV_FIXED.pack(prio, weight, port)
-            out += spelled
-            out += self.zone_lname
-            return
+    def rdata(self, rtype: int, data: object) -> bytes:
+        """The data of a TXT, PTR or NS record (A/AAAA and SRV are written by `render` itself)."""
         if rtype == TXT:
-            text = data.encode()
-            rdata = bytes([len(text)]) + text
-        elif rtype == PTR:
+            text = data.encode()  # type: ignore[attr-defined]
+            return bytes([len(text)]) + text
+        if rtype == PTR:
             if isinstance(data, Absolute):  # a reverse zone's PTR names a forward-zone name: spelled out whole
-                rdata = encode_labels(data.labels) + b"\x00"
-            else:  # DNS-SD browsing: a name below the zone, compressed against the question like NS
-                rdata = self.name(data)
-        elif rtype == NS:
-            rdata = self.name(data)
-        else:
-            raise ValueError(f"cannot render type {rtype}")
-        out += owner
-        out += RR_FIXED.pack(rtype, CLASS_IN, rec.ttl, len(rdata))
-        out += rdata
+                return encode_labels(data.labels) + b"\x00"
+            return self.name(data)  # type: ignore[arg-type]  # DNS-SD browsing: below the zone, like NS
+        if rtype == NS:
+            return self.name(data)  # type: ignore[arg-type]
+        raise ValueError(f"cannot render type {rtype}")
 
     def render(self, ans: Answer, soa_ttl: int = 0, soa_min: int = 0, serial: int = 0, *, short: bool = False) -> Body:
-        """The body of `ans`; `short`: the caller knows every name in it fits in 255 bytes (no check)."""
+        """The body of `ans`; `short`: the caller knows every name in it fits in 255 bytes (no check).
+
+        One loop writes every record: a service of 1000 endpoints x 100 ports renders 140,000 of
+        them, so the bytes derived from a target or an address come from the service's NameCache
+        and the loop calls nothing per A/AAAA or SRV record but dict and struct methods.
+        """
         if not short:
             ans = self.writable(ans)
-        self.targets = {}
+        self.targets = targets = {}
         out = bytearray()
         ends: list[int] = []
         slots: list[int] = []
@@ -363,13 +367,53 @@ class Renderer:
         # header and question: truncation keeps the records that fit and sets TC exactly as with
         # all of them, since there is always one more than fits. (1000 endpoints x 100 ports: a
         # `_port._proto` name's 2000 records are 84 KB.) Address sets stay whole for --loadbalance.
-        room = MAX_TCP - 12 - self.qlen if ans.answer and ans.answer[0].rtype == SRV else None
+        room = MAX_TCP - 12 - self.qlen if ans.answer and ans.answer[0].rtype == SRV else sys.maxsize
+        names = self.names
+        lowered_of, addresses = names.lowered, names.addresses
+        zone = self.zone_lname
+        at_body = 12 + self.qlen  # message offset of the body
+        srv_ttl, srv_parts = -1, {}  # the NameCache's SRV parts for the TTL of the last SRV record
+        end, slot, first_at, srv_fixed = ends.append, slots.append, targets.setdefault, SRV_FIXED.pack
         count = 0
         for rec in ans.answer + ans.additional:
-            self.record(rec, out, slots)
-            ends.append(len(out))
+            rtype, owner, ttl, data = rec.rtype, rec.owner, rec.ttl, rec.data
+            if owner is None:
+                out += _QUESTION
+            else:
+                # SRV targets already written (`targets`): glue owners point there, as miekg/dns
+                # compresses them, so the same records fit a size limit as in CoreDNS.
+                at = targets.get(lowered_of(owner))
+                out += pointer(at) if at is not None else self.name(owner)
+            if rtype == A or rtype == AAAA:  # most records of a large answer: the same bytes in every answer
+                key = (rtype, ttl, data)
+                fixed = addresses.get(key)
+                if fixed is None:
+                    fixed = addresses[key] = _address_record(rtype, ttl, data)
+                out += fixed
+            elif rtype == SRV:
+                prio, weight, port, target = data  # type: ignore[misc]
+                if ttl != srv_ttl:
+                    srv_ttl, srv_parts = ttl, names.srv_targets(zone, ttl)
+                parts = srv_parts.get(target)
+                if parts is None:
+                    spelled, lowered = names.target(target)
+                    parts = srv_parts[target] = (RR_FIXED.pack(SRV, CLASS_IN, ttl, 6 + len(spelled) + len(zone)),
+                                                 spelled + zone, lowered, len(spelled))
+                fixed, rdata, lowered, spelled_len = parts
+                start = len(out) + 10 + 6  # where the target starts in the body
+                if at_body + start < 0x4000:
+                    first_at(lowered, at_body + start)
+                slot(start + spelled_len)  # the zone after the target's own labels
+                out += fixed
+                out += srv_fixed(prio, weight, port)
+                out += rdata
+            else:
+                rdata = self.rdata(rtype, data)
+                out += RR_FIXED.pack(rtype, CLASS_IN, ttl, len(rdata))
+                out += rdata
+            end(len(out))
             count += 1
-            if room is not None and len(out) > room:
+            if len(out) > room:
                 break
         answers = min(count, len(ans.answer))
         an = answers + (1 if ans.apex_soa else 0)

@@ -79,6 +79,53 @@ def test_compile_service_gives_what_answer_gives_for_every_name():
             assert list(zone.compile_service(svc, table, 5, NS_ADDRESSES, endpoint_names=False)) == without_endpoints, key
 
 
+def pairwise_srv_records(entries: list[zone.Entry], ttl: int) -> tuple[tuple, tuple]:
+    """What `zone.srv_records` computes, by its definition: each (target, port) pair's SRV record and
+    each (target, address) pair's glue once, in entry order, records past REPLY_RECORDS_MAX left out."""
+    counted = [e for e in entries if e.srv]
+    weight = max(1, 100 // len(counted)) if counted else 0
+    answers: list = []
+    extra: list = []
+    for e in counted:
+        if e.port == -1:
+            continue
+        srv = zone.Record(None, zone.SRV, ttl, (zone.REMOTE_PRIORITY if e.remote else zone.LOCAL_PRIORITY, weight, e.port, e.target))
+        if all(r.data[2:] != srv.data[2:] for r in answers):
+            if len(answers) == zone.REPLY_RECORDS_MAX:
+                break
+            answers.append(srv)
+        glue = zone.Record(e.target, zone.AAAA if e.v6 else zone.A, ttl, e.ip)
+        if glue not in extra:
+            extra.append(glue)
+    return tuple(answers), tuple(extra[: zone.REPLY_RECORDS_MAX - len(answers)])
+
+
+def test_srv_records_keep_each_pair_once_as_their_definition_says():
+    """`srv_records` tracks the pairs it has seen without building one per entry; every group of the
+    varied services (targets in several slices, numbers repeated, local and remote clusters) and one
+    past REPLY_RECORDS_MAX (80 endpoints x 60 ports) gives what the pairwise definition gives."""
+    ports = [{"name": f"p{i}", "protocol": "TCP", "port": 1000 + i % 58} for i in range(60)]
+    wide = [service_import("ns", "wide", [], headless=True, ports=[])] + [
+        endpoint_slice("ns", f"wide-{c}", "wide", c, [{"addresses": [f"10.{k}.1.{i + 1}"], "hostname": f"h{i % 38}"}
+                                                       for i in range(40)], ports=ports)
+        for k, c in enumerate(("c1", "c2"))
+    ]  # fmt: skip
+    checked = cut = 0
+    for local_cluster in (None, "c2"):
+        table = build_table(objects=[namespace("ns"), *varied_services(), *wide], synced=True, local_cluster=local_cluster)
+        for key in table.store.imports:
+            svc = table.service(*key)
+            (bare, _), by_port = zone.service_entries(svc)
+            for entries in [bare, *(group for group, _ in by_port.values()), *zone.endpoint_entries(svc).values()]:
+                glue: zone.Glue = {}
+                answers, _ = zone.srv_records(entries, 5, glue)
+                cut += len(answers) == zone.REPLY_RECORDS_MAX
+                assert zone.srv_records(entries, 5, glue) == pairwise_srv_records(entries, 5), key
+                assert zone.srv_records(entries, 5, glue) == pairwise_srv_records(entries, 5), key  # glue shared
+                checked += len(entries)
+    assert checked > 2 * 80 * 60 and cut == 2  # the wide service's name, with and without --local-cluster
+
+
 def ask(resolver: Resolver, name: str, qtype: str) -> dns.message.Message:
     return dns.message.from_wire(resolver.handle(dns.message.make_query(name, qtype).to_wire(), True))
 
