@@ -195,7 +195,10 @@ def fair(results: dict) -> bool:
 def readme_block(results: dict) -> str:
     """The README's benchmark summary, generated from results.json (so both say the same)."""
     env = results.get("environment", {})
-    run = f"{env.get('date', '?')}, commit {env.get('commit', '?')}, `{env.get('command', '?')}`"
+    # The throughput cells may come from an earlier run merged in (--merge): cite the run that measured them.
+    src = next((d.get("run") for mix in results.get("throughput", {}).values() for d in mix.values()
+                if isinstance(d, dict) and d.get("run")), None) or env
+    run = f"{src.get('date', '?')}, commit {src.get('commit', '?')}, `{src.get('command', '?')}`"
     lines = [README_BEGIN, ""]
     if not fair(results):
         lines += [f"**To be re-measured with the fair suite.** The stored run ({run}) predates it: it measured "
