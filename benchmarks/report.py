@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mcsdns.options import replace_block
+
 from .load import SATURATED
 from .queries import BASE_MIXES, CASE, DESCRIPTIONS, MIXES, RANDOM_SUBDOMAIN
 
@@ -240,11 +242,11 @@ def readme_block(results: dict) -> str:
 
 def update_readme(results: dict, readme: Path) -> bool:
     """Replace the README's generated block with `readme_block(results)`; False if it has no block."""
-    text = readme.read_text()
-    start, end = text.find(README_BEGIN), text.find(README_END)
-    if start < 0 or end < start:
+    try:
+        text = replace_block(readme.read_text(), README_BEGIN, README_END, readme_block(results))
+    except ValueError:
         return False
-    readme.write_text(text[:start] + readme_block(results) + text[end + len(README_END):])
+    readme.write_text(text)
     return True
 
 

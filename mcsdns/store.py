@@ -124,6 +124,45 @@ class Store:
         if not was and self.synced_all:
             self._emit(Changes(synced=True))
 
+    # ----------------------------------------------------------------- copies (--workers)
+
+    def state_of(self, changes: Changes) -> dict:
+        """The current state of everything `changes` touched, for a forked copy's `take_state`
+        (the --workers supervisor sends it to each worker after every change)."""
+        return {
+            "services": {key: (self.imports.get(key), dict(self.by_service.get(key, {}))) for key in changes.services},
+            "namespaces": {ns: ns in self.namespaces for ns in changes.namespaces},
+            "properties": dict(self.properties) if changes.cluster_id else None,
+            "synced": set(self.synced),
+        }
+
+    def take_state(self, state: dict) -> Changes:
+        """Make this copy hold `state` (from the original's `state_of`) for what it names; the changes,
+        not emitted: the caller recompiles them as the original's listener did."""
+        for key, (imp, slices) in state["services"].items():
+            if imp is None:
+                self.imports.pop(key, None)
+            else:
+                self.imports[key] = imp
+            for name, old in self.by_service.pop(key, {}).items():
+                if self.slices.get((key[0], name)) is old:  # not already moved to another service
+                    del self.slices[(key[0], name)]
+            if slices:
+                self.by_service[key] = slices
+                for name, sl in slices.items():
+                    self.slices[(key[0], name)] = sl
+        for ns, present in state["namespaces"].items():
+            if present:
+                self.namespaces.add(ns)
+            else:
+                self.namespaces.discard(ns)
+        if state["properties"] is not None:
+            self.properties = state["properties"]
+        was = self.synced_all
+        self.synced = state["synced"]
+        return Changes(services=set(state["services"]), namespaces=set(state["namespaces"]),
+                       synced=not was and self.synced_all, cluster_id=state["properties"] is not None)
+
     # ----------------------------------------------------------------- internals
 
     def _apply(self, obj: Object, changes: Changes) -> None:

@@ -253,7 +253,7 @@ class Supervisor:
         table.on_change(changes)
         if not self.workers:
             return
-        frame = _frame(("update", _update(self.app.store, changes, serial, table.serial)))
+        frame = _frame(("update", {**self.app.store.state_of(changes), "serial": (serial, table.serial)}))
         for worker in self.workers.values():
             worker.send(frame)
 
@@ -320,17 +320,6 @@ class _Merged:
                 label = str(k)
                 merged.samples.extend(s._replace(labels={**s.labels, "worker": label}) for s in fam.samples)
         return families.values()
-
-
-def _update(store, changes: Changes, serial_before: int, serial_after: int) -> dict:
-    """The new state of everything `changes` touched, for a worker's store copy."""
-    return {
-        "services": {key: (store.imports.get(key), dict(store.by_service.get(key, {}))) for key in changes.services},
-        "namespaces": {ns: ns in store.namespaces for ns in changes.namespaces},
-        "properties": dict(store.properties) if changes.cluster_id else None,
-        "synced": set(store.synced),
-        "serial": (serial_before, serial_after),
-    }
 
 
 # ------------------------------------------------------------------- a worker (after the fork)
@@ -429,33 +418,11 @@ async def _follow(app: App, reader: asyncio.StreamReader, writer: asyncio.Stream
 
 
 def apply_update(app: App, update: dict) -> None:
-    """Put an `_update` into this worker's store and recompile what it touched, as the supervisor did."""
-    store, table = app.store, app.table
-    for key, (imp, slices) in update["services"].items():
-        if imp is None:
-            store.imports.pop(key, None)
-        else:
-            store.imports[key] = imp
-        for name, old in store.by_service.pop(key, {}).items():
-            if store.slices.get((key[0], name)) is old:  # not already moved to another service
-                del store.slices[(key[0], name)]
-        if slices:
-            store.by_service[key] = slices
-            for name, sl in slices.items():
-                store.slices[(key[0], name)] = sl
-    for ns, present in update["namespaces"].items():
-        if present:
-            store.namespaces.add(ns)
-        else:
-            store.namespaces.discard(ns)
-    if update["properties"] is not None:
-        store.properties = update["properties"]
-    newly_synced = not store.synced_all
-    store.synced = update["synced"]
-    newly_synced = newly_synced and store.synced_all
+    """Put a supervisor's update into this worker's store and recompile what it touched, as the supervisor did."""
+    table = app.table
+    changes = app.store.take_state(update)
     before, after = update["serial"]
     table.serial = before
-    table.on_change(Changes(services=set(update["services"]), namespaces=set(update["namespaces"]),
-                            synced=newly_synced, cluster_id=update["properties"] is not None))
+    table.on_change(changes)
     if table.serial != after:  # the same SOA serial in every worker's replies
         table.set_serial(after)

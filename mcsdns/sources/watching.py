@@ -478,11 +478,10 @@ class Watcher:
                     raise ServerError("a watch event is not JSON") from exc
                 yield from self.event(event)
         except (Unreachable, ServerError) as exc:
-            if watchdog.fired:  # the cut read fails one way or another: report why it was cut
-                raise self.stalled(timeout) from exc
-            if isinstance(exc, Unreachable) and time.monotonic() >= opened + limit:
-                # The socket's read timeout (also `limit`, counted from the last byte) can beat the
-                # watchdog's thread to the same stall: silent for `limit`, past the stream's end.
+            # The cut read fails one way or another: report why it was cut. The socket's read timeout
+            # (also `limit`, counted from the last byte) can beat the watchdog's thread to the same
+            # stall: silent for `limit`, past the stream's end.
+            if watchdog.fired or (isinstance(exc, Unreachable) and time.monotonic() >= opened + limit):
                 raise self.stalled(timeout) from exc
             raise
         finally:
