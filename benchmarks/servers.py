@@ -129,6 +129,7 @@ class Server:
         self.log_path = workdir / f"{label}.log"
         self.started_at = 0.0
         self.ready_after: float | None = None
+        self.repinned = 0  # threads `repin` moved back onto `cpu` after the start
 
     def argv(self) -> list[str]:
         raise NotImplementedError
@@ -153,10 +154,38 @@ class Server:
                 raise RuntimeError(f"{self.label} exited with {self.proc.returncode}:\n{self.tail()}")
             if answers(self.port, probe, timeout=0.2):
                 self.ready_after = time.monotonic() - self.started_at
+                self.repinned = self.repin()
                 return self.ready_after
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"{self.label} did not answer {probe} within {timeout:.0f}s:\n{self.tail()}")
+
+    def repin(self) -> int:
+        """Put back on the server's CPUs every thread that moved itself off them; how many moved.
+
+        `taskset` pins the process, but a server may set its own threads' affinity after that:
+        knotd binds UDP worker i to CPU i % ncpus (`udp_master`), so with one worker its answering
+        thread ran on CPU 0, beside dnsperf, and the whole Knot column measured two programs sharing
+        the load generator's core (the load-interference flag on every Knot cell). Threads started
+        later (none of the measured servers starts any) are not seen.
+        """
+        if self.cpu is None or self.proc is None:
+            return 0
+        want = set(procstat.cpu_list(self.cpu))
+        moved = 0
+        for pid in self.pids():
+            try:
+                tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    if not os.sched_getaffinity(tid) <= want:
+                        os.sched_setaffinity(tid, want)
+                        moved += 1
+                except OSError:
+                    pass  # the thread ended
+        return moved
 
     @property
     def pid(self) -> int:

@@ -268,7 +268,8 @@ class Suite:
                 info = {"kind": server.kind, "ready_seconds": round(ready, 3), "rss_mb": round(server.rss_mb(), 1),
                         "pinned": server.cpu, "workers": getattr(server, "workers", None),
                         "udp_rcvbuf": server.rcvbuf(), "cache": getattr(server, "cache", None),
-                        "udp_rcvbuf_matched": getattr(server, "rcvbuf_matched", None)}
+                        "udp_rcvbuf_matched": getattr(server, "rcvbuf_matched", None),
+                        "threads_repinned": server.repinned}
                 self.results["servers"][label] = info
                 for mix in o.mixes:
                     cap, attempts, tally = None, [], Tally()
