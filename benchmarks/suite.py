@@ -600,6 +600,8 @@ def merge(old: dict[str, Any], new: dict[str, Any], skipped: dict[str, bool]) ->
     Sections this run skipped are taken whole from `old`. Throughput is merged cell by cell
     (server x mix): a cell measured now replaces the old one, which goes into the new cell's
     `replaced` list (with its run's date and command); a cell not measured now is kept as it was.
+    Scale is merged step by step (imports): a size measured now replaces the old step, which
+    it keeps under `replaced`; a size not measured now is kept, marked with the run that measured it.
     """
     merged = []
     for section in ("throughput", "scale", "propagation"):
@@ -607,6 +609,20 @@ def merge(old: dict[str, Any], new: dict[str, Any], skipped: dict[str, bool]) ->
             new[section] = old[section]
             merged.append(section)
     old_run = {k: old.get("environment", {}).get(k) for k in ("date", "command", "commit")}
+    if "scale" not in merged and old.get("scale") and new.get("scale"):
+        steps = {step["imports"]: step for step in new["scale"]}
+        kept_sizes = []
+        for step in old["scale"]:
+            step.setdefault("run", old_run)
+            mine = steps.get(step["imports"])
+            if mine is None:
+                steps[step["imports"]] = step
+                kept_sizes.append(step["imports"])
+            else:
+                mine["replaced"] = [{k: v for k, v in step.items() if k != "replaced"}] + step.get("replaced", [])[:2]
+        new["scale"] = [steps[n] for n in sorted(steps)]
+        if kept_sizes:
+            merged.append("scale (" + ", ".join(f"{n:,}" for n in kept_sizes) + " imports)")
     if "throughput" in merged:
         new["servers"] = old.get("servers", {})
     elif old.get("throughput"):

@@ -211,3 +211,16 @@ def test_scale_targets_without_their_rows_are_not_measured() -> None:
     got = report.scale_targets(results)
     assert [t["met"] for t in got] == [None, False, True, False, None, None, None]
     assert all("not measured" in t["measured"] for t in got if t["met"] is None)
+
+
+def test_a_remeasured_scale_step_replaces_only_its_size() -> None:
+    old = _scale_results()
+    new = {"environment": {"date": "later", "command": "again"}, "servers": {},
+           "scale": [_scale_row(10000, {"sync_seconds": 0.8}, {"sync_seconds": 1.3}, {"sync_seconds": 0.6})]}
+    merged = suite.merge(copy.deepcopy(old), new, {"throughput": True, "propagation": True})
+    assert [step["imports"] for step in merged["scale"]] == [1000, 10000, 50000, 200000]
+    step = merged["scale"][1]
+    assert step["mcsdns-api"]["sync_seconds"] == 0.8 and "run" not in step
+    assert step["replaced"][0]["mcsdns-api"]["sync_seconds"] == 1.2
+    assert merged["scale"][2]["run"]["date"] == "d" and merged["scale"][2]["mcsdns-api"]["sync_seconds"] == 8.5
+    assert "scale (1,000, 50,000, 200,000 imports)" in merged["environment"]["merged"]["sections"]
