@@ -42,6 +42,7 @@ from prometheus_client.metrics_core import Metric
 from .admin import Admin, Response
 from .app import App
 from .config import Config, ConfigError
+from .sharing import compact
 from .store import Changes
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,7 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGCHLD, self._reap)
         await app.start(dns=False)
         if not self.stopping:
+            compact(app.table)  # once: later it would unshare what the workers already share
             for k in range(self.config.workers):
                 self.spawn(k)
         await app.stop_event.wait()
@@ -182,6 +184,11 @@ class Supervisor:
         """Fork worker `k` from the current state; no await between the fork and registering it, so
         every change after the fork reaches it."""
         ours, theirs = socket.socketpair()
+        # Everything alive now moves to the collector's permanent generation, here and in the child: no
+        # collection in either process scans it again, so none writes the shared pages' object headers.
+        # (Only objects that are cyclic garbage later would leak; the store and table make no cycles.)
+        gc.collect()
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             _worker_process(self.app, theirs, k, self.run)  # never returns
@@ -329,6 +336,7 @@ def _worker_process(app: App, sock: socket.socket, k: int, run: Runner) -> None:
     """The forked child: drop the supervisor's descriptors and loop, serve, exit (never returns)."""
     code = 0
     try:
+        gc.freeze()  # what this worker allocates from here on is its own; see Supervisor.spawn
         _drop_inherited({0, 1, 2, sock.fileno()})
         asyncio.events._set_running_loop(None)  # the supervisor's loop, mid-callback in this copy
         signal.set_wakeup_fd(-1)
@@ -384,7 +392,6 @@ async def _serve(app: App, sock: socket.socket, k: int) -> None:
     # The supervisor records programming latency; this copy's source, admin and tasks belong to it.
     app.table.on_programmed = None
     app.table.on_stamped = None
-    gc.freeze()  # what came with the fork stays out of the collector's scans (and so unwritten)
     reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 24)
     for host, port in app.config.listen:
         await app.server.listen(host, port)
