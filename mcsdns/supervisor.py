@@ -19,6 +19,29 @@ touched. A worker whose supervisor is gone (its socket reads EOF) stops.
 /ready is 200 only when the supervisor is synced and every worker has bound
 its listeners; /metrics is the supervisor's families plus each worker's
 query-path families with a `worker` label (asked at scrape time).
+
+Memory: before the first fork the supervisor lays the compiled answers out for
+sharing (sharing.py), and before every fork it collects and freezes the cyclic
+collector's generations (gc.freeze), as the worker does again first thing: no
+collection in either process scans the shared objects again, so none writes
+their headers and copies their pages.
+
+Forking while the kube source's watch threads run (Python 3.12 warns about
+any fork of a threaded process): only the forking thread goes on in the child,
+so a lock another thread held at that instant stays held there for ever, and
+what such a thread was half-way through changing stays half changed. That is
+safe here because the worker never uses what the watch threads use: the
+threads only read their HTTP connections (the child points those descriptors
+at /dev/null and never calls the source, its connection pool or TLS), hand
+events to the supervisor's loop (which the child never runs: it starts its own),
+and the store, the table and every metric are written by the loop thread alone,
+which is the thread that forks, between two callbacks. Two shared things
+remain, both handled at the fork: the logging module's and handlers' locks
+(logging re-creates them in the child itself; the supervisor also holds every
+handler across the fork, so no thread is half-way through writing a line to
+stderr, whose buffer lock logging cannot re-create), and the import lock
+(CPython re-creates it). So the 3.12 DeprecationWarning for this one os.fork
+is filtered.
 """
 
 from __future__ import annotations
@@ -32,6 +55,7 @@ import signal
 import socket
 import struct
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Coroutine, Iterable
 from urllib.parse import urlsplit
@@ -67,6 +91,9 @@ def supervise(config: Config, run: Runner) -> int:
     Raises ConfigError or OSError when it cannot start (the CLI turns them into exit codes)."""
     if any(port == 0 for _, port in config.listen):
         raise ConfigError("--workers needs fixed --listen ports (port 0 would give each worker its own)")
+    # Python 3.12+: os.fork in a process with threads warns; why this fork is safe: the module docstring.
+    warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork\(\)",
+                            category=DeprecationWarning, module=__name__)
     sup = Supervisor(config, run)
     run(sup.main())
     return sup.code
@@ -189,7 +216,16 @@ class Supervisor:
         # (Only objects that are cyclic garbage later would leak; the store and table make no cycles.)
         gc.collect()
         gc.freeze()
-        pid = os.fork()
+        handlers = _log_handlers()
+        for handler in handlers:  # no thread is writing a log line while the process is copied
+            handler.acquire()
+        try:
+            pid = os.fork()
+        except BaseException:
+            _release(handlers)
+            raise
+        if pid != 0:  # (the child's handler locks are new ones already: logging's own fork hook)
+            _release(handlers)
         if pid == 0:
             _worker_process(self.app, theirs, k, self.run)  # never returns
         theirs.close()
@@ -327,6 +363,18 @@ class _Merged:
                 label = str(k)
                 merged.samples.extend(s._replace(labels={**s.labels, "worker": label}) for s in fam.samples)
         return families.values()
+
+
+def _log_handlers() -> list[logging.Handler]:
+    """Every handler of every logger, once each."""
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger)]
+    return list({id(h): h for lg in loggers for h in lg.handlers}.values())
+
+
+def _release(handlers: list[logging.Handler]) -> None:
+    for handler in handlers:
+        handler.release()
 
 
 # ------------------------------------------------------------------- a worker (after the fork)
