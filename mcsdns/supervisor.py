@@ -7,10 +7,12 @@ sync it forks the workers: each starts with the supervisor's store and
 compiled table as they are at that moment, shared copy-on-write (so an extra
 worker costs the pages it writes, not a second table), binds the --listen ports
 with SO_REUSEPORT and answers. From then on every change the store reports is
-sent to each worker over its own socketpair as the new state of the services
-and namespaces it touched; the worker puts them in its store copy and lets its
-table recompile exactly those (the same code as in one process, so the same
-answers; the SOA serial is the supervisor's).
+compiled here and sent to each worker over its own socketpair (updates.py): the
+new state of the services and namespaces it touched, for the worker's store
+copy, and the answers just compiled for them, which the worker's table puts in
+place instead of rendering them again (the same `Table.on_change` as in one
+process decides what changes, so the same answers; the SOA serial is the
+supervisor's).
 
 A worker that dies is forked again from the supervisor's current state (so it
 needs no catch-up) and serves within a fork and a bind; the others are not
@@ -68,6 +70,7 @@ from .app import App
 from .config import Config, ConfigError
 from .sharing import compact
 from .store import Changes
+from .updates import apply_update, update_of
 
 log = logging.getLogger(__name__)
 
@@ -290,13 +293,13 @@ class Supervisor:
     # ----------------------------------------------------------------- updates
 
     def _relay(self, changes: Changes) -> None:
-        """Store listener: compile here, then send each worker the new state of what changed."""
+        """Store listener: compile here, then send each worker what changed, compiled (updates.py)."""
         table = self.app.table
         serial = table.serial
         table.on_change(changes)
         if not self.workers:
             return
-        frame = _frame(("update", {**self.app.store.state_of(changes), "serial": (serial, table.serial)}))
+        frame = _frame(("update", update_of(table, changes, serial)))
         for worker in self.workers.values():
             worker.send(frame)
 
@@ -465,19 +468,8 @@ async def _follow(app: App, reader: asyncio.StreamReader, writer: asyncio.Stream
     """Apply the supervisor's updates and answer its scrapes until it goes away."""
     while (message := await _read(reader)) is not None:
         if message[0] == "update":
-            apply_update(app, message[1])
+            apply_update(app.table, message[1])
         elif message[0] == "scrape":
             families = [m for m in app.registry.collect() if m.name.startswith(WORKER_FAMILIES)]
             writer.write(_frame(("metrics", message[1], families)))
     log.warning("worker: the supervisor is gone; stopping")
-
-
-def apply_update(app: App, update: dict) -> None:
-    """Put a supervisor's update into this worker's store and recompile what it touched, as the supervisor did."""
-    table = app.table
-    changes = app.store.take_state(update)
-    before, after = update["serial"]
-    table.serial = before
-    table.on_change(changes)
-    if table.serial != after:  # the same SOA serial in every worker's replies
-        table.set_serial(after)
