@@ -45,9 +45,14 @@ def compiled_answers(table: Table, changes: Changes) -> Compiled:
     for ns in changes.namespaces:
         services.update(k for k in table.store.imports if k[0] == ns)
     out: Compiled = {}
+    answers = table.answers
     for key in services:
         keys = table.owned.get(key)
-        out[key] = None if keys is None else [(k, table.answers[k]) for k in keys]
+        if keys is None:
+            out[key] = None
+        elif all(k in answers for k in keys):
+            out[key] = [(k, answers[k]) for k in keys]
+        # else (a key another feature took over since): left out, the worker compiles this service itself
     return out
 
 
