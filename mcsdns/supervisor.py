@@ -42,8 +42,10 @@ remain, both handled at the fork: the logging module's and handlers' locks
 (logging re-creates them in the child itself; the supervisor also holds every
 handler across the fork, so no thread is half-way through writing a line to
 stderr, whose buffer lock logging cannot re-create), and the import lock
-(CPython re-creates it). So the 3.12 DeprecationWarning for this one os.fork
-is filtered.
+(CPython re-creates the global one; a module's own import lock could stay held
+only if a watch thread were importing at that instant, and by the first fork,
+after the initial lists, the threads have imported all they use). So the 3.12
+DeprecationWarning for this one os.fork is filtered.
 """
 
 from __future__ import annotations
