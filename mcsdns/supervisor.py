@@ -7,10 +7,12 @@ sync it forks the workers: each starts with the supervisor's store and
 compiled table as they are at that moment, shared copy-on-write (so an extra
 worker costs the pages it writes, not a second table), binds the --listen ports
 with SO_REUSEPORT and answers. From then on every change the store reports is
-sent to each worker over its own socketpair as the new state of the services
-and namespaces it touched; the worker puts them in its store copy and lets its
-table recompile exactly those (the same code as in one process, so the same
-answers; the SOA serial is the supervisor's).
+compiled here and sent to each worker over its own socketpair (updates.py): the
+new state of the services and namespaces it touched, for the worker's store
+copy, and the answers just compiled for them, which the worker's table puts in
+place instead of rendering them again (the same `Table.on_change` as in one
+process decides what changes, so the same answers; the SOA serial is the
+supervisor's).
 
 A worker that dies is forked again from the supervisor's current state (so it
 needs no catch-up) and serves within a fork and a bind; the others are not
@@ -19,6 +21,31 @@ touched. A worker whose supervisor is gone (its socket reads EOF) stops.
 /ready is 200 only when the supervisor is synced and every worker has bound
 its listeners; /metrics is the supervisor's families plus each worker's
 query-path families with a `worker` label (asked at scrape time).
+
+Memory: before the first fork the supervisor lays the compiled answers out for
+sharing (sharing.py), and before every fork it collects and freezes the cyclic
+collector's generations (gc.freeze), as the worker does again first thing: no
+collection in either process scans the shared objects again, so none writes
+their headers and copies their pages.
+
+Forking while the kube source's watch threads run (Python 3.12 warns about
+any fork of a threaded process): only the forking thread goes on in the child,
+so a lock another thread held at that instant stays held there for ever, and
+what such a thread was half-way through changing stays half changed. That is
+safe here because the worker never uses what the watch threads use: the
+threads only read their HTTP connections (the child points those descriptors
+at /dev/null and never calls the source, its connection pool or TLS), hand
+events to the supervisor's loop (which the child never runs: it starts its own),
+and the store, the table and every metric are written by the loop thread alone,
+which is the thread that forks, between two callbacks. Two shared things
+remain, both handled at the fork: the logging module's and handlers' locks
+(logging re-creates them in the child itself; the supervisor also holds every
+handler across the fork, so no thread is half-way through writing a line to
+stderr, whose buffer lock logging cannot re-create), and the import lock
+(CPython re-creates the global one; a module's own import lock could stay held
+only if a watch thread were importing at that instant, and by the first fork,
+after the initial lists, the threads have imported all they use). So the 3.12
+DeprecationWarning for this one os.fork is filtered.
 """
 
 from __future__ import annotations
@@ -32,6 +59,7 @@ import signal
 import socket
 import struct
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Coroutine, Iterable
 from urllib.parse import urlsplit
@@ -42,7 +70,9 @@ from prometheus_client.metrics_core import Metric
 from .admin import Admin, Response
 from .app import App
 from .config import Config, ConfigError
+from .sharing import compact
 from .store import Changes
+from .updates import apply_update, update_of
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +96,9 @@ def supervise(config: Config, run: Runner) -> int:
     Raises ConfigError or OSError when it cannot start (the CLI turns them into exit codes)."""
     if any(port == 0 for _, port in config.listen):
         raise ConfigError("--workers needs fixed --listen ports (port 0 would give each worker its own)")
+    # Python 3.12+: os.fork in a process with threads warns; why this fork is safe: the module docstring.
+    warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork\(\)",
+                            category=DeprecationWarning, module=__name__)
     sup = Supervisor(config, run)
     run(sup.main())
     return sup.code
@@ -146,6 +179,7 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGCHLD, self._reap)
         await app.start(dns=False)
         if not self.stopping:
+            compact(app.table)  # once: later it would unshare what the workers already share
             for k in range(self.config.workers):
                 self.spawn(k)
         await app.stop_event.wait()
@@ -182,7 +216,21 @@ class Supervisor:
         """Fork worker `k` from the current state; no await between the fork and registering it, so
         every change after the fork reaches it."""
         ours, theirs = socket.socketpair()
-        pid = os.fork()
+        # Everything alive now moves to the collector's permanent generation, here and in the child: no
+        # collection in either process scans it again, so none writes the shared pages' object headers.
+        # (Only objects that are cyclic garbage later would leak; the store and table make no cycles.)
+        gc.collect()
+        gc.freeze()
+        handlers = _log_handlers()
+        for handler in handlers:  # no thread is writing a log line while the process is copied
+            handler.acquire()
+        try:
+            pid = os.fork()
+        except BaseException:
+            _release(handlers)
+            raise
+        if pid != 0:  # (the child's handler locks are new ones already: logging's own fork hook)
+            _release(handlers)
         if pid == 0:
             _worker_process(self.app, theirs, k, self.run)  # never returns
         theirs.close()
@@ -247,13 +295,13 @@ class Supervisor:
     # ----------------------------------------------------------------- updates
 
     def _relay(self, changes: Changes) -> None:
-        """Store listener: compile here, then send each worker the new state of what changed."""
+        """Store listener: compile here, then send each worker what changed, compiled (updates.py)."""
         table = self.app.table
         serial = table.serial
         table.on_change(changes)
         if not self.workers:
             return
-        frame = _frame(("update", {**self.app.store.state_of(changes), "serial": (serial, table.serial)}))
+        frame = _frame(("update", update_of(table, changes, serial)))
         for worker in self.workers.values():
             worker.send(frame)
 
@@ -322,6 +370,18 @@ class _Merged:
         return families.values()
 
 
+def _log_handlers() -> list[logging.Handler]:
+    """Every handler of every logger, once each."""
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger)]
+    return list({id(h): h for lg in loggers for h in lg.handlers}.values())
+
+
+def _release(handlers: list[logging.Handler]) -> None:
+    for handler in handlers:
+        handler.release()
+
+
 # ------------------------------------------------------------------- a worker (after the fork)
 
 
@@ -329,6 +389,7 @@ def _worker_process(app: App, sock: socket.socket, k: int, run: Runner) -> None:
     """The forked child: drop the supervisor's descriptors and loop, serve, exit (never returns)."""
     code = 0
     try:
+        gc.freeze()  # what this worker allocates from here on is its own; see Supervisor.spawn
         _drop_inherited({0, 1, 2, sock.fileno()})
         asyncio.events._set_running_loop(None)  # the supervisor's loop, mid-callback in this copy
         signal.set_wakeup_fd(-1)
@@ -384,7 +445,6 @@ async def _serve(app: App, sock: socket.socket, k: int) -> None:
     # The supervisor records programming latency; this copy's source, admin and tasks belong to it.
     app.table.on_programmed = None
     app.table.on_stamped = None
-    gc.freeze()  # what came with the fork stays out of the collector's scans (and so unwritten)
     reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 24)
     for host, port in app.config.listen:
         await app.server.listen(host, port)
@@ -410,19 +470,8 @@ async def _follow(app: App, reader: asyncio.StreamReader, writer: asyncio.Stream
     """Apply the supervisor's updates and answer its scrapes until it goes away."""
     while (message := await _read(reader)) is not None:
         if message[0] == "update":
-            apply_update(app, message[1])
+            apply_update(app.table, message[1])
         elif message[0] == "scrape":
             families = [m for m in app.registry.collect() if m.name.startswith(WORKER_FAMILIES)]
             writer.write(_frame(("metrics", message[1], families)))
     log.warning("worker: the supervisor is gone; stopping")
-
-
-def apply_update(app: App, update: dict) -> None:
-    """Put a supervisor's update into this worker's store and recompile what it touched, as the supervisor did."""
-    table = app.table
-    changes = app.store.take_state(update)
-    before, after = update["serial"]
-    table.serial = before
-    table.on_change(changes)
-    if table.serial != after:  # the same SOA serial in every worker's replies
-        table.set_serial(after)

@@ -29,7 +29,7 @@ ENTRY_POINTS = {"mcsdns.app": {"mcsdns.cli", "mcsdns.supervisor"}, "mcsdns.super
                 "mcsdns.cli": {"mcsdns.__main__"}}  # module -> who may import it
 DNS_SIDE = {f"mcsdns.{m}" for m in (
     "vocab", "names", "compile", "reverse", "dnssd", "wire", "table", "resolve", "transport", "forward",
-    "replycheck", "querylog", "metrics", "discovery", "admin", "zonefile", "app", "supervisor", "cli",
+    "replycheck", "querylog", "metrics", "discovery", "admin", "zonefile", "app", "supervisor", "sharing", "updates", "cli",
 )}  # fmt: skip
 PURE = {f"mcsdns.{m}" for m in ("vocab", "names", "compile", "reverse")}
 PURE_MAY_IMPORT = PURE | {"mcsdns.objects"}  # the object model: plain dataclasses and their validation
