@@ -42,10 +42,15 @@ from .names import Kind, parse
 from .table import Table
 from .vocab import AXFR, BADVERS, CLASS_IN, FORMERR, IXFR, NOTIMP, REFUSED, SERVFAIL
 from .wire import (
+    AA,
+    CD,
+    HEADER,
     MAX_TCP,
     MAX_UDP,
     Body,
     Malformed,
+    QR,
+    RD,
     Query,
     address_run,
     assemble,
@@ -65,6 +70,24 @@ _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garb
 # bytes 0x41-0x5A, never a label length (<= 63) or the root, and no compiled type or class
 # (A, AAAA, SRV, SOA, ... and IN) has such a byte (tests/test_resolve_lanes.py checks that).
 _PLAIN = b"\x00\x01\x00\x00\x00\x00\x00\x00"
+# The same with one additional record: with `_OPT_HEAD` as the packet's last 11 bytes but two and
+# `\0\0` as its last two (data length 0), the OPT record of `dnsperf -e` and stub resolvers, which
+# `_handle` reads without a parse and `_fold` keeps exact.
+_ONE_OPT = b"\x00\x01\x00\x00\x00\x00\x00\x01"
+_OPT_HEAD = b"\x00\x00\x29"  # the root (owner) and type OPT
+_OPT_DO = b"\x00\x00\x80\x00\x00\x00"  # a reply OPT's TTL (extended rcode 0, version 0, DO or not) and length 0
+_OPT_NO_DO = b"\x00\x00\x00\x00\x00\x00"
+
+
+def _fold(data: bytes) -> tuple[bytes | None, int | None]:
+    """The `_folded` key of a UDP query and where its question ends (None: the packet's end), or
+    (None, None) for a packet that is cached only exactly: see `Resolver.resolve`."""
+    counts = data[4:12]
+    if counts == _PLAIN and data[2] < 8:
+        return data[2:].lower(), None
+    if counts == _ONE_OPT and data[2] < 8 and data[-11:-8] == _OPT_HEAD:
+        return data[2:-11].lower() + data[-11:], -11
+    return None, None
 
 
 class LocalReply(bytes):
@@ -105,13 +128,14 @@ class Resolver:
         self.forwarding = forwarding
         self._generation = table.generation
         self._packets: dict[bytes, tuple] = {}  # query[2:] -> (reply[2:], parsed query); see RoundRobinResolver too
-        # query[2:].lower() of a plain query spelled with capitals -> (reply[2:12], parsed query, reply after
-        # the question, where and how the reply spells the zone or None); see `resolve`.
+        # `_fold` of a query spelled with capitals -> (reply[2:12], parsed query, the reply after the question
+        # or its pieces around each spelling of the zone, where the query spells the zone or None); see `resolve`.
         self._folded: dict[bytes, tuple] = {}
         self._packet_bytes = 0
         self._negative: dict[bytes, Body] = {}  # lookup key -> NXDOMAIN/NODATA body
         # Scratch of one `resolve` call (reset at its start, read before it returns):
-        self._spelled: tuple[int, int] | None = None  # where reply() copied the query's zone spelling
+        # Where reply() copied the query's zone spelling, and the body's zone_slots and ends:
+        self._spelled: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
         self._keep = True  # False: this reply is cheaper to make again than to cache
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
@@ -125,15 +149,18 @@ class Resolver:
         stored one: same question, flags and EDNS; only the ID, which observers do not read, may differ).
         A tuple of objects that exist anyway, so the cached lanes allocate nothing else per query.
 
-        A plain query (one question, no EDNS: what stub resolvers and dnsperf send) that spells
-        its name with capitals is cached apart, under its bytes lower-cased (`_folded`), so every
-        letter case of a name shares one entry: it keeps the reply without its question, and a hit
-        puts the packet's own question (its case) back in. Lower-casing cannot merge two plain
-        queries with different replies: it changes only bytes 0x41-0x5A, which in the header
-        (bytes 2-3; byte 2 is < 8 here) touch only the AD and Z bits, never RD or CD (the flags a
-        reply copies), and in the question only the letters of labels. A reply that spells the zone
-        (SRV targets, `zone_slots`) depends on how the query spells it: that entry also keeps the
-        spelling, and a query spelling it otherwise misses. Every other packet is cached exactly.
+        A query of one question and nothing else, or with an OPT record without options after it
+        (what stub resolvers and `dnsperf -e` send), that spells its name with capitals is cached
+        apart (`_folded`) under its bytes with the question's lower-cased (`_fold`), so every letter
+        case of a name shares one entry: it keeps the reply without its question, and a hit puts the
+        packet's own question (its case) back in. Folding cannot merge two such queries with
+        different replies: lower() changes only bytes 0x41-0x5A, which in the header (bytes 2-3;
+        byte 2 is < 8 here) touch only the AD and Z bits, never RD or CD (the flags a reply copies),
+        in the question only the letters of labels (a label length is <= 63, and the types and
+        classes with such a byte are all answered alike), and the OPT record is kept exact (its
+        size, DO bit and version decide the reply). A reply that spells the zone (SRV targets,
+        `zone_slots`) is kept cut at those places, and a hit joins the pieces with the zone as
+        the packet spells it. Every other packet is cached exactly.
         """
         table = self.table
         if table.generation != self._generation:
@@ -144,13 +171,21 @@ class Resolver:
         hit = self._packets.get(exact)
         if hit is not None and table.synced:
             return data[:2] + hit[0], hit[1]
-        folded = exact.lower() if data[4:12] == _PLAIN and data[2] < 8 else exact
-        if folded is not exact and folded != exact:
+        # `_fold`, inlined (a call costs a tenth of a folded hit):
+        counts = data[4:12]
+        if counts == _PLAIN and data[2] < 8:
+            folded, end = exact.lower(), None
+        elif counts == _ONE_OPT and data[2] < 8 and data[-11:-8] == _OPT_HEAD:
+            folded, end = data[2:-11].lower() + data[-11:], -11
+        else:
+            folded = end = None
+        if folded is not None and folded != exact:
             hit = self._folded.get(folded)
             if hit is not None and table.synced:
-                spelled = hit[3]
-                if spelled is None or data[spelled[0] : spelled[1]] == spelled[2]:
-                    return data[:2] + hit[0] + data[12:] + hit[2], hit[1]
+                zone = hit[3]
+                if zone is None:
+                    return data[:2] + hit[0] + data[12:end] + hit[2], hit[1]
+                return data[:2] + hit[0] + data[12:end] + data[zone[0] : zone[1]].join(hit[2]), hit[1]
         else:
             folded = None
         self._spelled = None
@@ -160,11 +195,38 @@ class Resolver:
         if type(reply) is bytes and q is not None and self._keep and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
             if folded is None:
                 self._store(self._packets, exact, len(data), reply, (reply[2:], q))
-            elif q.qend == len(data):  # (trailing bytes after the question: not cached)
-                span = self._spelled
-                entry = (reply[2:12], q, reply[q.qend :], None if span is None else (*span, data[span[0] : span[1]]))
-                self._store(self._folded, folded, len(data), reply, entry)
+            elif q.qend == len(data) + (end or 0):  # (bytes between the question and the end: not cached)
+                tail = self._cut(reply, q)
+                if tail is not None:
+                    span = self._spelled
+                    entry = (reply[2:12], q, tail, None if span is None else span[:2])
+                    self._store(self._folded, folded, len(data), reply, entry)
         return outcome
+
+    def _cut(self, reply: bytes, q: Query) -> bytes | tuple[bytes, ...] | None:
+        """The reply after its question, for `_folded`: whole, or where it spells the zone as the
+        query does (`reply` noted it in `_spelled`), cut into the pieces around each spelling
+        (None: not as expected, not cached)."""
+        tail = reply[q.qend :]
+        span = self._spelled
+        if span is None:
+            return tail
+        start, end, slots, ends = span
+        width = end - start
+        spelled = q.raw[start:end]
+        records = ((reply[6] << 8) | reply[7]) + ((reply[10] << 8) | reply[11]) - (1 if q.edns else 0)
+        last = ends[records - 1] if 0 < records <= len(ends) else 0  # where the records the reply kept end
+        pieces = []
+        at = 0
+        for slot in slots:
+            if slot >= last:
+                break
+            if tail[slot : slot + width] != spelled:
+                return None
+            pieces.append(tail[at:slot])
+            at = slot + width
+        pieces.append(tail[at:])
+        return tuple(pieces)
 
     def panicked(self, data: bytes) -> bytes | None:
         """The reply when `resolve` raised on `data` (a bug): SERVFAIL if it has a header, else nothing."""
@@ -196,17 +258,33 @@ class Resolver:
             return None, None  # a response, not a query
         if data[2] & 0x78:
             return error_reply(data, NOTIMP), None  # only opcode QUERY is implemented
-        if data[4:12] == _PLAIN:
-            # One question and nothing else (no EDNS): if the question, lower-cased, is a compiled
-            # key, it is a valid question (see `_PLAIN`), so the parse is skipped. This is what
-            # keeps a name asked in a new letter case (a new packet) close to a cached reply's cost.
-            key = data[12:].lower()
-            body = self.table.answers.get(key)
+        counts = data[4:12]
+        if counts == _PLAIN:
+            end = len(data)
+        elif counts == _ONE_OPT and data[-11:-8] == _OPT_HEAD and data[-2:] == b"\x00\x00" and not data[-5]:
+            end = len(data) - 11  # an OPT record without options, version 0, after the question
+        else:
+            end = 0
+        if end:
+            # If the question, lower-cased, is a compiled key, it is a valid question (see `_PLAIN`),
+            # so the parse is skipped. This is what keeps a name asked in a new letter case (a new
+            # packet) close to a cached reply's cost.
+            key = data[12:end].lower()
+            table = self.table
+            body = table.answers.get(key)
             if body is not None:
-                n = len(data)
-                q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], n, key[:-4],
-                          (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
-                return self.reply(q, body, MAX_TCP if tcp else MAX_UDP), q
+                return self._lane(data, end, key, body, tcp)
+            first = key[0] if key else 0
+            if 0 < first < 64 and len(key) <= 259:
+                zone_len = table.children.get(key[first + 1 : -4])
+                if zone_len is not None and table.synced and data[end - 2 : end] == b"\x00\x01":
+                    # One label below a compiled service name: NXDOMAIN whatever the type but SOA
+                    # (NODATA, D5), as `_uncompiled` says after `Table.absent` (a valid question,
+                    # for the same reason as above; `children` holds only zones `zone_of` maps
+                    # such names to).
+                    qtype = (data[end - 4] << 8) | data[end - 3]
+                    if qtype != AXFR and qtype != IXFR and (table.dnssd is None or not table.dnssd.exists(key[:-4])):
+                        return self._absent_child(data, end, key, zone_len, qtype)
         try:
             q = parse_query(data)
         except (Malformed, struct.error):
@@ -223,6 +301,39 @@ class Resolver:
             return self.reply(q, body, limit), q
         return self._uncompiled(q, limit, key), q
 
+    def _lane(self, data: bytes, end: int, key: bytes, body: Body, tcp: bool) -> tuple[bytes, Query]:
+        """The reply from a compiled body without a parse (see `_handle`); `end`: where the question ends."""
+        q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4],
+                  (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
+        if end == len(data):
+            return self.reply(q, body, MAX_TCP if tcp else MAX_UDP), q
+        q.edns = True
+        q.payload = payload = (data[-8] << 8) | data[-7]
+        q.udp_size = payload if payload > MAX_UDP else MAX_UDP
+        q.do = data[-4] >= 0x80
+        return self.reply(q, body, MAX_TCP if tcp else q.udp_size), q
+
+    def _absent_child(self, data: bytes, end: int, key: bytes, zone_len: int, qtype: int) -> tuple[bytes, Query]:
+        """NXDOMAIN (NODATA for SOA) for a name one label below a compiled service (see `_handle`):
+        the header, the question as sent, the zone's SOA pointing into it, the OPT echoed.
+        Never truncated (at most 12 + 259 + 54 + 11 bytes) and kept in no cache, as in `_uncompiled`."""
+        self._keep = False
+        table = self.table
+        rcode = vocab.NOERROR if qtype == vocab.SOA else vocab.NXDOMAIN
+        flags = (data[2] << 8) | data[3]
+        q = Query(data, (data[0] << 8) | data[1], flags, end, key[:-4], qtype, CLASS_IN)
+        zone_at = 8 + len(key) - zone_len
+        soa = table.soa(zone_at)
+        if end == len(data):
+            head = HEADER.pack(q.id, QR | AA | (flags & (RD | CD)) | rcode, 1, 0, 1, 0)
+            return head + data[12:] + soa, q
+        q.edns = True
+        q.payload = payload = (data[-8] << 8) | data[-7]
+        q.udp_size = payload if payload > MAX_UDP else MAX_UDP
+        q.do = data[-4] >= 0x80
+        head = HEADER.pack(q.id, QR | AA | (flags & (RD | CD)) | rcode, 1, 0, 1, 1)
+        return head + data[12:end] + soa + data[-11:-6] + (_OPT_DO if q.do else _OPT_NO_DO), q
+
     def _remember_negative(self, key: bytes, body: Body) -> None:
         """NXDOMAIN or NODATA for `key`: the same body until the table changes (bounded)."""
         if len(self._negative) >= NEGATIVE_CACHE_ENTRIES:
@@ -233,7 +344,8 @@ class Resolver:
         authority = self.table.soa(body.zone_at) if body.soa else b""
         zone_case = None
         if body.zone_slots:
-            self._spelled = (body.zone_at, q.qend - 4)  # the reply spells the zone as the query does
+            # The reply spells the zone as the query does (`_cut` reads where).
+            self._spelled = (body.zone_at, q.qend - 4, body.zone_slots, body.ends)
             spelled = q.raw[body.zone_at : q.qend - 4]
             if spelled != q.lname[body.zone_at - 12 :]:
                 zone_case = spelled
