@@ -70,24 +70,13 @@ _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garb
 # bytes 0x41-0x5A, never a label length (<= 63) or the root, and no compiled type or class
 # (A, AAAA, SRV, SOA, ... and IN) has such a byte (tests/test_resolve_lanes.py checks that).
 _PLAIN = b"\x00\x01\x00\x00\x00\x00\x00\x00"
-# The same with one additional record: with `_OPT_HEAD` as the packet's last 11 bytes but two and
-# `\0\0` as its last two (data length 0), the OPT record of `dnsperf -e` and stub resolvers, which
-# `_handle` reads without a parse and `_fold` keeps exact.
+# The same with one additional record. When the packet's last 11 bytes start with `_OPT_HEAD` and end
+# in `\0\0` (an OPT record without options, as `dnsperf -e` and stub resolvers send), `_handle`
+# reads them without a parse, and the case-folded cache keeps them exact (`Resolver.resolve`).
 _ONE_OPT = b"\x00\x01\x00\x00\x00\x00\x00\x01"
 _OPT_HEAD = b"\x00\x00\x29"  # the root (owner) and type OPT
 _OPT_DO = b"\x00\x00\x80\x00\x00\x00"  # a reply OPT's TTL (extended rcode 0, version 0, DO or not) and length 0
 _OPT_NO_DO = b"\x00\x00\x00\x00\x00\x00"
-
-
-def _fold(data: bytes) -> tuple[bytes | None, int | None]:
-    """The `_folded` key of a UDP query and where its question ends (None: the packet's end), or
-    (None, None) for a packet that is cached only exactly: see `Resolver.resolve`."""
-    counts = data[4:12]
-    if counts == _PLAIN and data[2] < 8:
-        return data[2:].lower(), None
-    if counts == _ONE_OPT and data[2] < 8 and data[-11:-8] == _OPT_HEAD:
-        return data[2:-11].lower() + data[-11:], -11
-    return None, None
 
 
 class LocalReply(bytes):
@@ -128,7 +117,7 @@ class Resolver:
         self.forwarding = forwarding
         self._generation = table.generation
         self._packets: dict[bytes, tuple] = {}  # query[2:] -> (reply[2:], parsed query); see RoundRobinResolver too
-        # `_fold` of a query spelled with capitals -> (reply[2:12], parsed query, the reply after the question
+        # The folded bytes of a query spelled with capitals -> (reply[2:12], parsed query, the reply after the question
         # or its pieces around each spelling of the zone, where the query spells the zone or None); see `resolve`.
         self._folded: dict[bytes, tuple] = {}
         self._packet_bytes = 0
@@ -151,7 +140,7 @@ class Resolver:
 
         A query of one question and nothing else, or with an OPT record without options after it
         (what stub resolvers and `dnsperf -e` send), that spells its name with capitals is cached
-        apart (`_folded`) under its bytes with the question's lower-cased (`_fold`), so every letter
+        apart (`_folded`) under its bytes with the question's lower-cased, so every letter
         case of a name shares one entry: it keeps the reply without its question, and a hit puts the
         packet's own question (its case) back in. Folding cannot merge two such queries with
         different replies: lower() changes only bytes 0x41-0x5A, which in the header (bytes 2-3;
@@ -171,7 +160,8 @@ class Resolver:
         hit = self._packets.get(exact)
         if hit is not None and table.synced:
             return data[:2] + hit[0], hit[1]
-        # `_fold`, inlined (a call costs a tenth of a folded hit):
+        # The `_folded` key, and where the question ends (None: the packet's end); inline, as a call
+        # would cost a tenth of a folded hit:
         counts = data[4:12]
         if counts == _PLAIN and data[2] < 8:
             folded, end = exact.lower(), None
