@@ -239,7 +239,7 @@ def test_srv_replies_fold_across_zone_spellings(resolver):
                     for rd in rrset:
                         if rd.rdtype == 33:
                             assert rd.target.to_text().endswith(".".join(zone) + "."), (spelled, rd)
-    srv_entries = [entry for entry in r._folded.values() if entry[3] is not None]
+    srv_entries = [entry for entry in r._folded.values() if entry[2] is not None]
     assert srv_entries and hits > len(srv), "SRV replies were not folded across spellings"
     assert truncated  # a reply cut to 512 bytes keeps only the zone spellings of the records it kept
 
