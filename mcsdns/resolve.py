@@ -272,29 +272,44 @@ class Resolver:
         if data[2] & 0x78:
             return error_reply(data, NOTIMP), None  # only opcode QUERY is implemented
         counts = data[4:12]
+        table = self.table
+        # If the question, lower-cased, is a compiled key, it is a valid question (see `_PLAIN`), so
+        # the parse is skipped. This is what keeps a name asked in a new letter case (a new packet)
+        # close to a cached reply's cost.
         if counts == _PLAIN:
             end = len(data)
+            key = data[12:].lower()
+            body = table.answers.get(key)
+            if body is not None:
+                q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4],
+                          (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
+                return self.reply(q, body, MAX_TCP if tcp else MAX_UDP), q
         elif counts == _ONE_OPT and data[-11:-8] == _OPT_HEAD and data[-2:] == b"\x00\x00" and not data[-5]:
             end = len(data) - 11  # an OPT record without options, version 0, after the question
+            key = data[12:end].lower()
+            body = table.answers.get(key)
+            if body is not None:
+                return self._edns_lane(data, end, key, body, tcp)
         else:
             end = 0
         if end:
-            # If the question, lower-cased, is a compiled key, it is a valid question (see `_PLAIN`),
-            # so the parse is skipped. This is what keeps a name asked in a new letter case (a new
-            # packet) close to a cached reply's cost.
-            key = data[12:end].lower()
-            table = self.table
-            body = table.answers.get(key)
-            if body is not None:
-                return self._lane(data, end, key, body, tcp)
+            # A name that cannot exist, told from the raw question (`Table.children`): one label below
+            # a compiled service, or `<service>.<namespace>.svc.<zone>` of a service that is not
+            # compiled (no such import, or its namespace is not exposed). `_uncompiled` answers both
+            # NXDOMAIN for every type but SOA (NODATA, D5) after `Table.absent`; a valid question,
+            # for the same reason as above, and `children` holds only zones `zone_of` maps them to.
             first = key[0] if key else 0
-            if 0 < first < 64 and len(key) <= 259:
-                zone_len = table.children.get(key[first + 1 : -4])
-                if zone_len is not None and table.synced and data[end - 2 : end] == b"\x00\x01":
-                    # One label below a compiled service name: NXDOMAIN whatever the type but SOA
-                    # (NODATA, D5), as `_uncompiled` says after `Table.absent` (a valid question,
-                    # for the same reason as above; `children` holds only zones `zone_of` maps
-                    # such names to).
+            if 0 < first < 64 and len(key) <= 259 and data[end - 2 : end] == b"\x00\x01" and table.synced:
+                children = table.children
+                zone_len = children.get(key[first + 1 : -4])
+                if zone_len is None:
+                    at = first + 1
+                    second = key[at] if at < len(key) else 0
+                    if 0 < second < 64:
+                        zone_len = table.svc_suffixes.get(key[at + second + 1 : -4])
+                        if zone_len is not None and key[:-4] in children:
+                            zone_len = None  # a compiled service, asked a type not compiled: the zone logic
+                if zone_len is not None:
                     qtype = (data[end - 4] << 8) | data[end - 3]
                     if qtype != AXFR and qtype != IXFR and (table.dnssd is None or not table.dnssd.exists(key[:-4])):
                         return self._absent_child(data, end, key, zone_len, qtype)
@@ -314,20 +329,16 @@ class Resolver:
             return self.reply(q, body, limit), q
         return self._uncompiled(q, limit, key), q
 
-    def _lane(self, data: bytes, end: int, key: bytes, body: Body, tcp: bool) -> tuple[bytes, Query]:
-        """The reply from a compiled body without a parse (see `_handle`); `end`: where the question ends."""
-        q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4],
-                  (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
-        if end == len(data):
-            return self.reply(q, body, MAX_TCP if tcp else MAX_UDP), q
-        q.edns = True
-        q.payload = payload = (data[-8] << 8) | data[-7]
-        q.udp_size = payload if payload > MAX_UDP else MAX_UDP
-        q.do = data[-4] >= 0x80
+    def _edns_lane(self, data: bytes, end: int, key: bytes, body: Body, tcp: bool) -> tuple[bytes, Query]:
+        """The reply to a query with an OPT record (`_ONE_OPT`) from a compiled body, without a parse
+        (see `_handle`); `end`: where the question ends. The query is what `parse_query` makes of it."""
+        payload = (data[-8] << 8) | data[-7]
+        q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4], (key[-4] << 8) | key[-3],
+                  (key[-2] << 8) | key[-1], True, payload if payload > MAX_UDP else MAX_UDP, payload, data[-4] >= 0x80)
         return self.reply(q, body, MAX_TCP if tcp else q.udp_size), q
 
     def _absent_child(self, data: bytes, end: int, key: bytes, zone_len: int, qtype: int) -> tuple[bytes, Query]:
-        """NXDOMAIN (NODATA for SOA) for a name one label below a compiled service (see `_handle`):
+        """NXDOMAIN (NODATA for SOA) for a name `_handle` found absent from the raw question:
         the header, the question as sent, the zone's SOA pointing into it, the OPT echoed.
         Never truncated (at most 12 + 259 + 54 + 11 bytes) and kept in no cache, as in `_uncompiled`."""
         self._keep = False
@@ -340,10 +351,8 @@ class Resolver:
         if end == len(data):
             head = HEADER.pack(q.id, QR | AA | (flags & (RD | CD)) | rcode, 1, 0, 1, 0)
             return head + data[12:] + soa, q
-        q.edns = True
-        q.payload = payload = (data[-8] << 8) | data[-7]
-        q.udp_size = payload if payload > MAX_UDP else MAX_UDP
-        q.do = data[-4] >= 0x80
+        payload = (data[-8] << 8) | data[-7]
+        q.edns, q.udp_size, q.payload, q.do = True, payload if payload > MAX_UDP else MAX_UDP, payload, data[-4] >= 0x80
         head = HEADER.pack(q.id, QR | AA | (flags & (RD | CD)) | rcode, 1, 0, 1, 1)
         return head + data[12:end] + soa + data[-11:-6] + (_OPT_DO if q.do else _OPT_NO_DO), q
 

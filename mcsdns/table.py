@@ -117,12 +117,15 @@ class Table:
             log.info("authoritative for %d reverse zone(s): %s", len(networks),
                      ", ".join(".".join(reverse.zone_labels(n)) for n in networks))
         self.dnssd: NameIndex | None = None  # --dns-sd: compiled along with the services it lists
-        # `<service>.<namespace>.svc.<zone>` (wire form, lower case) of every service in `owned` -> the
-        # zone's length, for the zones no other served zone nests in or under (`_sole_zones`): a name
-        # one label below is NXDOMAIN for every type but SOA (`absent`), which the resolver answers
+        # `<service>.<namespace>.svc.<zone>` (wire form, lower case) of exactly the services in `owned`
+        # -> the zone's length, for the zones no other served zone nests in or under (`_sole_zones`): a
+        # name one label below is NXDOMAIN for every type but SOA (`absent`), which the resolver answers
         # from the raw question (Resolver._handle) without the parse, zone_of or the walk.
         self.children: dict[bytes, int] = {}
         self._child_zones = _sole_zones(self.zones, self.reverse_zones)
+        # `svc.<zone>` (wire form) of the same zones -> the zone's length: `<a>.<b>.svc.<zone>` not in
+        # `children` is a service that is not compiled, NXDOMAIN for every type but SOA too.
+        self.svc_suffixes: dict[bytes, int] = {b"\x03svc" + z: len(z) for z in self._child_zones}
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}

@@ -245,14 +245,28 @@ def test_srv_replies_fold_across_zone_spellings(resolver):
 
 
 def absent_children(table) -> list[str]:
-    """Names one label below each compiled service (the random-subdomain flood's shape), in odd labels too."""
+    """Names one label below each compiled service (the random-subdomain flood's shape), in odd labels
+    too, and services that are not compiled: a missing one in the same namespace, the same one in
+    another namespace (exposed or not, existing or not), and the compiled service itself."""
     rng = random.Random(3)
     out = []
     for parent in table.children:
         name = ".".join(split_labels(parent))
+        service, namespace, rest = name.split(".", 2)
         out += [f"{rng.getrandbits(40):x}.{name}", f"_http.{name}", f"*.{name}", f"{'a' * 63}.{name}",
-                f"pod-0.{name}", f"Z{rng.getrandbits(20):x}.{name}"]
-    return out
+                f"pod-0.{name}", f"Z{rng.getrandbits(20):x}.{name}", name,
+                f"x{rng.getrandbits(40):x}.{namespace}.{rest}", f"{service}.{service}.{rest}", f"{service}.nons.{rest}",
+                f"{service}.{'b' * 63}.{rest}", f"_{service}.{namespace}.{rest}"]
+    zone = ".".join(split_labels(next(iter(table.children)))).split(".", 3)[3]
+    hidden = [f"{name}.{namespace}.svc.{zone}" for namespace, name in table.store.imports if (namespace, name) not in table.owned]
+    return out + hidden + [f"x.{name}" for name in hidden]
+
+
+def absent_services(table) -> list[str]:
+    """Of `absent_children`, the names the raw-question lane must answer: not a compiled service."""
+    compiled = {".".join(split_labels(parent)) for parent in table.children}
+    return [name for name in absent_children(table)
+            if name.lower() not in compiled and (name.lower().split(".", 1)[1] in compiled or name.count(".") == 4)]
 
 
 CHILD_TYPES = QTYPES + (252, 251, 255, 0x0041, 0x4100)  # AXFR IXFR ANY, and types with a letter byte
@@ -274,21 +288,24 @@ def test_absent_child_lane_matches_the_full_path(resolver):
             packets += [edns_query(spelled, qtype, qclass=rng.choice((3, 255)))]
             for packet in packets:
                 assert r.handle(packet) == full_path(resolver, packet), (spelled, qtype, packet)
-    for name in absent_children(table):
+    for name in absent_services(table):
         reply, q = Resolver(table).resolve(plain_query(name, 1))
         assert q.lname == wire_name(name.lower()) and q.qtype == 1
         assert dns.message.from_wire(reply).rcode() == dns.rcode.NXDOMAIN
 
 
 def test_absent_child_lane_skips_the_parse(resolver, monkeypatch):
-    """The lane is really taken: child names of compiled services, plain or with EDNS, are answered
-    without `parse_query` (which the full path runs for every packet)."""
+    """The lane is really taken: child names of compiled services and names of services not
+    compiled, plain or with EDNS, are answered without `parse_query` (which the full path runs for
+    every packet)."""
     import mcsdns.resolve as resolve_module
 
     calls = []
     real = resolve_module.parse_query
     monkeypatch.setattr(resolve_module, "parse_query", lambda data: calls.append(data) or real(data))
-    for name in absent_children(resolver.table):
+    names = absent_services(resolver.table)
+    assert len(names) > 10 * len(resolver.table.children)
+    for name in names:
         Resolver(resolver.table).resolve(plain_query(name, 1))
         Resolver(resolver.table).resolve(edns_query(name, 28, do=True))
     assert not calls, calls[:3]
@@ -359,11 +376,12 @@ def objects_of_contract() -> list[dict]:
 
 def test_lanes_before_sync_give_the_full_path():
     """Before the sources sync nothing is compiled and NXDOMAIN is SERVFAIL: no lane answers."""
-    resolver = build_resolver(objects=list(objects_of_contract()), zones=("clusterset.local",))
+    resolver = build_resolver(objects=objects_of_contract(), zones=("clusterset.local",), namespaces=frozenset({"testns"}),
+                              ttl=5)
     table = resolver.table
     assert not table.synced
     r = Resolver(table)
-    for name in absent_children(build().table):
+    for name in absent_services(build().table):
         for packet in (plain_query(name, 1), edns_query(name, 1)):
             assert r.handle(packet) == full_path(resolver, packet)
             assert dns.message.from_wire(r.handle(packet)).rcode() == dns.rcode.SERVFAIL
