@@ -63,6 +63,7 @@ PACKET_CACHE_ENTRIES = 32768  # distinct UDP query packets whose replies are kep
 PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, then refilled)
 _ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slot, tuple, Query and object headers
 RUN_CACHE_ENTRIES = 8192  # --loadbalance: multi-record bodies whose address run is known
+SIGHTED_ENTRIES = 32768  # keys of names that cannot exist, seen once (full: emptied)
 NEGATIVE_CACHE_ENTRIES = 32768  # questions with a cached NXDOMAIN/NODATA body (the bodies are shared)
 _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garbage) or SERVFAIL
 # Header bytes 4-11 of a query with one question and no other records. For such a packet,
@@ -129,7 +130,8 @@ class Resolver:
         # Scratch of one `resolve` call (reset at its start, read before it returns):
         # Where reply() copied the query's zone spelling, and the body's zone_slots and ends:
         self._spelled: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
-        self._keep = True  # False: this reply is cheaper to make again than to cache
+        self._keep = True  # False: this reply is cheap to make again: cached only on second sight
+        self._sighted: set[bytes] = set()  # packet-cache keys of such replies seen once (see `resolve`)
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
         """`resolve`'s reply alone, for callers that observe nothing (the /explain endpoint, tests)."""
@@ -186,7 +188,19 @@ class Resolver:
         self._keep = True
         outcome = self._handle(data, False)
         reply, q = outcome
-        if type(reply) is bytes and q is not None and self._keep and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
+        if type(reply) is bytes and q is not None and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
+            if not self._keep:
+                # A name that cannot exist: cached on its second sight only (the first is noted in
+                # `_sighted`, bytes only), so a flood of unique names fills nothing but that set, while
+                # names asked again (an NXDOMAIN mix, search-path expansions) become cache hits.
+                sighted = self._sighted
+                seen = exact if folded is None else folded
+                if seen not in sighted:
+                    if len(sighted) >= SIGHTED_ENTRIES:
+                        sighted.clear()
+                    sighted.add(seen)
+                    return outcome
+                sighted.discard(seen)
             if folded is None:
                 self._store(False, exact, len(data), reply, reply[2:], q)
             elif q.qend == len(data) + (end or 0):  # (bytes between the question and the end: not cached)
@@ -260,6 +274,7 @@ class Resolver:
         """Forget every cached reply (the table changed)."""
         self._generation = self.table.generation
         self._clear_packets()
+        self._sighted.clear()
         self._packet_bytes = 0
         self._negative.clear()
 
@@ -340,7 +355,7 @@ class Resolver:
     def _absent_child(self, data: bytes, end: int, key: bytes, zone_len: int, qtype: int) -> tuple[bytes, Query]:
         """NXDOMAIN (NODATA for SOA) for a name `_handle` found absent from the raw question:
         the header, the question as sent, the zone's SOA pointing into it, the OPT echoed.
-        Never truncated (at most 12 + 259 + 54 + 11 bytes) and kept in no cache, as in `_uncompiled`."""
+        Never truncated (at most 12 + 259 + 54 + 11 bytes); cached on second sight, as in `_uncompiled`."""
         self._keep = False
         table = self.table
         rcode = vocab.NOERROR if qtype == vocab.SOA else vocab.NXDOMAIN
@@ -383,9 +398,10 @@ class Resolver:
         reversed_ = zwire in table.reverse_zones  # --reverse-cidr
         if q.qtype != vocab.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
             # A name that cannot exist, told from its shape (random-subdomain floods): the shared
-            # NXDOMAIN body, without the zone logic. Kept in neither cache: storing a reply costs more
-            # than this lane (profiled: ~2.5 us against ~4 us for the whole query), and unique names
-            # would only push out the replies that are costly to make.
+            # NXDOMAIN body, without the zone logic. Not in the negative cache, and in the packet
+            # cache only when asked again (`resolve`): storing a reply costs more than this lane
+            # (profiled: ~2.5 us against ~4 us for the whole query), and unique names would only
+            # push out the replies that are costly to make.
             self._keep = False
             return self.reply(q, table.negative(vocab.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
         labels = split_labels(q.lname[: len(q.lname) - len(zwire)])

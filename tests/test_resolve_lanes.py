@@ -385,3 +385,22 @@ def test_lanes_before_sync_give_the_full_path():
         for packet in (plain_query(name, 1), edns_query(name, 1)):
             assert r.handle(packet) == full_path(resolver, packet)
             assert dns.message.from_wire(r.handle(packet)).rcode() == dns.rcode.SERVFAIL
+
+
+def test_names_that_cannot_exist_are_cached_on_second_sight_only(resolver):
+    """A flood of unique missing names fills no packet cache; a missing name asked again (an NXDOMAIN
+    mix, search-path expansions) is cached from its second query on; every reply is the full path's."""
+    table = resolver.table
+    r = Resolver(table)
+    names = absent_services(table) + [f"a.b.c.{name}" for name in absent_services(table)]  # lane and `absent`
+    for name in names:
+        packet = plain_query(name, 1)
+        assert r.handle(packet) == full_path(resolver, packet)
+    assert not r._packets and not r._folded
+    rng = random.Random(2)
+    for name in names:
+        spelled = mixed_case(name, rng)
+        for make in (lambda i: plain_query(name, 1, i), lambda i: edns_query(spelled, 28, qid=i)):
+            packets = [make(qid) for qid in (1, 2, 3)]
+            assert [r.handle(packet) for packet in packets] == [full_path(resolver, packet) for packet in packets]
+    assert len(r._packets) + len(r._folded) >= len(names)
