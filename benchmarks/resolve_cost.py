@@ -70,6 +70,8 @@ def classes(rng: random.Random) -> dict[str, list[bytes]]:
                                                      for _ in range(PACKETS)],
         "random subdomain NXDOMAIN (unique)": [packet(f"{rng.getrandbits(40):x}.{rng.choice(names)}", 1, qid())
                                                for _ in range(PACKETS)],
+        "missing names NXDOMAIN (1,000 repeated)": [packet(f"missing-{i}.bench-1.svc.{ds.ZONE}", 1, 7) for i in range(1000)]
+                                                   * (PACKETS // 1000),
         "missing service NXDOMAIN (unique)": [packet(f"x{rng.getrandbits(40):x}.bench-1.svc.{ds.ZONE}", 1, qid())
                                               for _ in range(PACKETS)],
     }

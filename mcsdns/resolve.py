@@ -188,26 +188,30 @@ class Resolver:
         self._keep = True
         outcome = self._handle(data, False)
         reply, q = outcome
-        if type(reply) is bytes and q is not None and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
-            if not self._keep:
-                # A name that cannot exist: cached on its second sight only (the first is noted in
-                # `_sighted`, bytes only), so a flood of unique names fills nothing but that set, while
-                # names asked again (an NXDOMAIN mix, search-path expansions) become cache hits.
-                sighted = self._sighted
-                seen = exact if folded is None else folded
-                if seen not in sighted:
-                    if len(sighted) >= SIGHTED_ENTRIES:
-                        sighted.clear()
-                    sighted.add(seen)
-                    return outcome
-                sighted.discard(seen)
-            if folded is None:
-                self._store(False, exact, len(data), reply, reply[2:], q)
-            elif q.qend == len(data) + (end or 0):  # (bytes between the question and the end: not cached)
-                tail = self._cut(reply, q)
-                if tail is not None:
-                    span = self._spelled
-                    self._store(True, folded, len(data), reply, (reply[2:12], tail, None if span is None else span[:2]), q)
+        if type(reply) is not bytes or q is None:
+            return outcome
+        if not self._keep:
+            # A name that cannot exist (NXDOMAIN or NODATA, synced, EDNS version 0: cacheable): cached
+            # on its second sight only (the first is noted in `_sighted`, bytes only), so a flood of
+            # unique names fills nothing but that set, while names asked again (an NXDOMAIN mix,
+            # search-path expansions) become cache hits.
+            sighted = self._sighted
+            seen = exact if folded is None else folded
+            if seen not in sighted:
+                if len(sighted) >= SIGHTED_ENTRIES:
+                    sighted.clear()
+                sighted.add(seen)
+                return outcome
+            sighted.discard(seen)
+        elif reply[3] & 0x0F not in _CACHEABLE_RCODES or q.edns_version or not table.synced:
+            return outcome
+        if folded is None:
+            self._store(False, exact, len(data), reply, reply[2:], q)
+        elif q.qend == len(data) + (end or 0):  # (bytes between the question and the end: not cached)
+            tail = self._cut(reply, q)
+            if tail is not None:
+                span = self._spelled
+                self._store(True, folded, len(data), reply, (reply[2:12], tail, None if span is None else span[:2]), q)
         return outcome
 
     def _cut(self, reply: bytes, q: Query) -> bytes | tuple[bytes, ...] | None:
