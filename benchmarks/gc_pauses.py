@@ -7,7 +7,8 @@ ClusterSetIP services x A/AAAA/SRV/TXT/SOA/MX, each plain, with EDNS, with DO an
 plus 10,000 per-endpoint names), so the cache fills, empties and fills again as under a wide
 mix, and reports per generation how many collections ran and their CPU time (`gc.callbacks`,
 thread CPU time, so another process taking the core does not count). The table is built as the
-server builds it: objects first, then the sync that compiles them (`Table._compile_everything`).
+server builds it: objects first, then the sync that compiles them (`Table._compile_everything`),
+then `gc.collect()` and `gc.freeze()` as `App.start` does before it opens the listeners.
 
 usage: python -m benchmarks.gc_pauses [--queries N] [--out FILE]
 """
@@ -36,7 +37,10 @@ def build() -> Resolver:
                         ttl=ds.TTL)
     for kind in KINDS:
         table.store.mark_synced(kind)
-    return Resolver(table)
+    resolver = Resolver(table)
+    gc.collect()
+    gc.freeze()
+    return resolver
 
 
 def pool() -> list[bytes]:

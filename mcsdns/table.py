@@ -219,20 +219,7 @@ class Table:
 
     @collector_paused
     def _compile_everything(self, triggers: dict[ServiceKey, str]) -> None:
-        """The initial sync: compile every service once (nothing was compiled before).
-
-        Then `gc.freeze()`: the store's objects and the table (most of the server's objects, and
-        long-lived) move out of the cyclic collector's generations, so its full collections, which
-        stop the event loop, scan only what came after (cache entries, later changes): with the
-        packet cache's entries untracked too (`Resolver._store`), the longest went from 37.6 to 12.8 ms
-        of CPU (`python -m benchmarks.gc_pauses`: 1,000 services, 1M queries). Frozen objects are still freed by reference
-        counting when a change drops them; only a cycle among them would stay (nothing compiled
-        makes one), and garbage cycles pending at the freeze are kept for good (a few, once: the
-        collector ran all through the listing). No gc.collect() first: over a large table that
-        would be the very pause this avoids. `--workers` workers freeze again after their fork
-        (supervisor.py); what the supervisor froze stays frozen in them, which is also what keeps
-        those pages shared.
-        """
+        """The initial sync: compile every service once (nothing was compiled before)."""
         started = time.monotonic()
         self.local = self._local_cluster()
         for key in list(self.store.imports):
@@ -244,7 +231,6 @@ class Table:
         if self.dnssd is not None:
             self.dnssd.full()
         self.bump()
-        gc.freeze()
         log.info("synced: compiled %d services in %.2fs", len(self.store.imports), time.monotonic() - started)
 
     def bump(self) -> None:
