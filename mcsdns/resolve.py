@@ -252,9 +252,9 @@ class Resolver:
         its own. A full packet cache is then 32,768 objects for every collection to scan, not twice
         as many, and fills with half the tracked allocations that trigger collections: with the
         table frozen as `App.start` does, full collections (which stop the event loop) went from 6
-        to 3 per million queries and the longest from 19.6 to 14.4 ms of CPU (`python -m
-        benchmarks.gc_pauses`: 34,000 distinct packets), for one more dict lookup per hit (its
-        key's hash is cached, ~0.03 us).
+        to 3 per million queries and the longest from 19.3 to 12.7 ms of CPU (`python -m
+        benchmarks.gc_pauses`, 34,000 distinct packets; benchmarks/results/gc_pauses.json), for
+        one more dict lookup per hit (its key's hash is cached; ~0.03 us).
         """
         size = 2 * size + len(reply) + _ENTRY_OVERHEAD  # key + the Query's copy of the packet + reply
         self._packet_bytes += size
