@@ -61,7 +61,7 @@ from .wire import (
 
 PACKET_CACHE_ENTRIES = 32768  # distinct UDP query packets whose replies are kept
 PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, then refilled)
-_ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slot, tuple, Query and object headers
+_ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slots, tuple, Query and object headers
 RUN_CACHE_ENTRIES = 8192  # --loadbalance: multi-record bodies whose address run is known
 SIGHTED_ENTRIES = 32768  # keys of names that cannot exist, seen once (full: emptied)
 NEGATIVE_CACHE_ENTRIES = 32768  # questions with a cached NXDOMAIN/NODATA body (the bodies are shared)
@@ -121,8 +121,8 @@ class Resolver:
         # from the parsed query, so the first holds no object the cyclic collector scans (see `_store`).
         self._packets: dict[bytes, bytes] = {}  # query[2:] -> reply[2:]; see RoundRobinResolver too
         self._packet_queries: dict[bytes, Query] = {}  # query[2:] -> the parsed query
-        # The folded bytes of a query spelled with capitals -> (reply[2:12], parsed query, the reply after the question
-        # or its pieces around each spelling of the zone, where the query spells the zone or None); see `resolve`.
+        # The folded bytes of a query spelled with capitals -> (reply[2:12], the reply after the question or its
+        # pieces around each spelling of the zone, (start, end) of the query's zone spelling or None); see `resolve`.
         self._folded: dict[bytes, tuple] = {}
         self._folded_queries: dict[bytes, Query] = {}  # the same key -> the parsed query
         self._packet_bytes = 0
