@@ -313,12 +313,17 @@ def test_absent_child_lane_skips_the_parse(resolver, monkeypatch):
     assert calls
 
 
+LONG_ZONE = f"{'z' * 60}.{'y' * 60}.{'x' * 50}.example"  # 182 bytes: a 63-byte label below a service is too long
+
+
 @pytest.mark.parametrize("zones,reverse", [(("clusterset.local", "example.org"), ()),
                                            (("clusterset.local", "svc.clusterset.local"), ()),
-                                           (("clusterset.local",), ("10.0.0.0/8",))])
+                                           (("clusterset.local",), ("10.0.0.0/8",)),
+                                           (("clusterset.local", LONG_ZONE), ())])
 def test_absent_child_lane_with_other_zones(zones, reverse):
     """Several zones, a zone nested in another (`zone_of` picks the inner one: the outer one has no
-    lane), reverse zones: every child name still gets the full path's reply."""
+    lane), reverse zones, a zone so long that some child names pass 255 bytes (FORMERR): every
+    child name still gets the full path's reply."""
     resolver = build_resolver([FIXTURES / "contract.yaml"], namespaces=frozenset({"testns"}), ttl=5, zones=zones,
                               reverse_cidrs=reverse)
     table = resolver.table
@@ -404,3 +409,43 @@ def test_names_that_cannot_exist_are_cached_on_second_sight_only(resolver):
             packets = [make(qid) for qid in (1, 2, 3)]
             assert [r.handle(packet) for packet in packets] == [full_path(resolver, packet) for packet in packets]
     assert len(r._packets) + len(r._folded) >= len(names)
+
+
+def test_mutated_packets_get_the_replies_of_the_path_without_lanes(resolver, monkeypatch):
+    """Bytes flipped, cut or added anywhere in plain and EDNS queries for compiled, missing and SRV
+    names: each reply (and a repeat, and the packet in another letter case) is the one the resolver
+    gives with its raw-question lanes and case-folded cache switched off (no packet shape matches
+    `_PLAIN` or `_ONE_OPT` there): the parse decides, as before any lane existed."""
+    import mcsdns.resolve as resolve_module
+
+    table = resolver.table
+    rng = random.Random(13)
+    names = [name for name, _ in contract_questions()][:20] + absent_services(table)[:40]
+    seeds = []
+    for name in names:
+        for qtype in (1, 28, 33, 6, 16):
+            seeds += [plain_query(mixed_case(name, rng), qtype), edns_query(mixed_case(name, rng), qtype, **rng.choice(OPTS))]
+
+    def mutate(packet: bytes) -> bytes:
+        data = bytearray(packet)
+        for _ in range(rng.randint(1, 3)):
+            if len(data) < 4:
+                break
+            roll = rng.random()
+            at = rng.randrange(2, len(data))
+            if roll < 0.5:
+                data[at] = rng.choice((0, 1, 0x29, 0x41, 0x5A, 0x61, 0x80, 0xC0, 0xFF, rng.randrange(256)))
+            elif roll < 0.75:
+                del data[at:]
+            else:
+                data[at:at] = bytes([rng.randrange(256)])
+        return bytes(data)
+
+    packets = [mutate(seed) for seed in seeds for _ in range(4)] + seeds
+    fast = Resolver(table)
+    got = [[fast.handle(p), fast.handle(p), fast.handle(p.swapcase())] for p in packets]
+    monkeypatch.setattr(resolve_module, "_PLAIN", b"no packet has these counts")
+    monkeypatch.setattr(resolve_module, "_ONE_OPT", b"no packet has these counts")
+    slow = Resolver(table)
+    for packet, replies in zip(packets, got):
+        assert replies == [slow.handle(packet), slow.handle(packet), slow.handle(packet.swapcase())], packet
