@@ -34,10 +34,15 @@ def build() -> Resolver:
     return build_resolver(objects=ds.objects(spec), zones=(ds.ZONE,), ttl=ds.TTL, synced=True)
 
 
-def packet(name: str, qtype: int = 1, qid: int = 0) -> bytes:
-    """A plain query (one question, no EDNS), as dnsperf and stub resolvers send."""
+def packet(name: str, qtype: int = 1, qid: int = 0, edns: bool = False) -> bytes:
+    """A plain query (one question, no EDNS), as dnsperf and stub resolvers send; with `edns`, an
+    OPT record without options (4096 bytes, as `dnsperf -e` sends) follows the question."""
     wire = b"".join(bytes([len(label)]) + label.encode() for label in name.split(".")) + b"\x00"
-    return struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + wire + struct.pack(">HH", qtype, 1)
+    head = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 1 if edns else 0)
+    return head + wire + struct.pack(">HH", qtype, 1) + (OPT_4096 if edns else b"")
+
+
+OPT_4096 = b"\x00" + struct.pack(">HHIH", 41, 4096, 0, 0)
 
 
 def classes(rng: random.Random) -> dict[str, list[bytes]]:
@@ -50,12 +55,23 @@ def classes(rng: random.Random) -> dict[str, list[bytes]]:
     def qid() -> int:
         return rng.randrange(65536)
 
+    headless = ds.headless_name(100)
+    srv_named = ["_http._tcp." + n for n in names]
     return {
         "cached A (1,000 names repeated)": [packet(n, 1, 7) for n in names] * (PACKETS // len(names)),
+        "cached SRV (1,000 names repeated)": [packet(n, 33, 7) for n in names] * (PACKETS // len(names)),
         "random letter case A (1,000 names)": [packet(mixed(rng.choice(names)), 1, qid()) for _ in range(PACKETS)],
         "random letter case A, packet cache off": [packet(mixed(rng.choice(names)), 1, qid()) for _ in range(PACKETS)],
+        "random letter case SRV (1,000 names)": [packet(mixed(rng.choice(names)), 33, qid()) for _ in range(PACKETS)],
+        "random letter case SRV _http._tcp": [packet(mixed(rng.choice(srv_named)), 33, qid()) for _ in range(PACKETS)],
+        "cached A of 100-endpoint headless, EDNS": [packet(headless, 1, 7, True)] * PACKETS,
+        "random letter case A of 100-endpoint, EDNS": [packet(mixed(headless), 1, qid(), True) for _ in range(PACKETS)],
+        "random subdomain NXDOMAIN, EDNS (unique)": [packet(f"{rng.getrandbits(40):x}.{rng.choice(names)}", 1, qid(), True)
+                                                     for _ in range(PACKETS)],
         "random subdomain NXDOMAIN (unique)": [packet(f"{rng.getrandbits(40):x}.{rng.choice(names)}", 1, qid())
                                                for _ in range(PACKETS)],
+        "missing names NXDOMAIN (1,000 repeated)": [packet(f"missing-{i}.bench-1.svc.{ds.ZONE}", 1, 7) for i in range(1000)]
+                                                   * (PACKETS // 1000),
         "missing service NXDOMAIN (unique)": [packet(f"x{rng.getrandbits(40):x}.bench-1.svc.{ds.ZONE}", 1, qid())
                                               for _ in range(PACKETS)],
     }

@@ -42,10 +42,15 @@ from .names import Kind, parse
 from .table import Table
 from .vocab import AXFR, BADVERS, CLASS_IN, FORMERR, IXFR, NOTIMP, REFUSED, SERVFAIL
 from .wire import (
+    AA,
+    CD,
+    HEADER,
     MAX_TCP,
     MAX_UDP,
     Body,
     Malformed,
+    QR,
+    RD,
     Query,
     address_run,
     assemble,
@@ -56,8 +61,9 @@ from .wire import (
 
 PACKET_CACHE_ENTRIES = 32768  # distinct UDP query packets whose replies are kept
 PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, then refilled)
-_ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slot, tuple, Query and object headers
+_ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slots, tuple, Query and object headers
 RUN_CACHE_ENTRIES = 8192  # --loadbalance: multi-record bodies whose address run is known
+SIGHTED_ENTRIES = 32768  # keys of names that cannot exist, seen once (full: emptied)
 NEGATIVE_CACHE_ENTRIES = 32768  # questions with a cached NXDOMAIN/NODATA body (the bodies are shared)
 _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garbage) or SERVFAIL
 # Header bytes 4-11 of a query with one question and no other records. For such a packet,
@@ -65,6 +71,13 @@ _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garb
 # bytes 0x41-0x5A, never a label length (<= 63) or the root, and no compiled type or class
 # (A, AAAA, SRV, SOA, ... and IN) has such a byte (tests/test_resolve_lanes.py checks that).
 _PLAIN = b"\x00\x01\x00\x00\x00\x00\x00\x00"
+# The same with one additional record. When the packet's last 11 bytes start with `_OPT_HEAD` and end
+# in `\0\0` (an OPT record without options, as `dnsperf -e` and stub resolvers send), `_handle`
+# reads them without a parse, and the case-folded cache keeps them exact (`Resolver.resolve`).
+_ONE_OPT = b"\x00\x01\x00\x00\x00\x00\x00\x01"
+_OPT_HEAD = b"\x00\x00\x29"  # the root (owner) and type OPT
+_OPT_DO = b"\x00\x00\x80\x00\x00\x00"  # a reply OPT's TTL (extended rcode 0, version 0, DO or not) and length 0
+_OPT_NO_DO = b"\x00\x00\x00\x00\x00\x00"
 
 
 class LocalReply(bytes):
@@ -104,15 +117,21 @@ class Resolver:
         self.table = table
         self.forwarding = forwarding
         self._generation = table.generation
-        self._packets: dict[bytes, tuple] = {}  # query[2:] -> (reply[2:], parsed query); see RoundRobinResolver too
-        # query[2:].lower() of a plain query spelled with capitals -> (reply[2:12], parsed query, reply after
-        # the question, where and how the reply spells the zone or None); see `resolve`.
+        # The caches keep what a hit returns in two dicts under one key: the reply's bytes (or pieces) apart
+        # from the parsed query, so the first holds no object the cyclic collector scans (see `_store`).
+        self._packets: dict[bytes, bytes] = {}  # query[2:] -> reply[2:]; see RoundRobinResolver too
+        self._packet_queries: dict[bytes, Query] = {}  # query[2:] -> the parsed query
+        # The folded bytes of a query spelled with capitals -> (reply[2:12], the reply after the question or its
+        # pieces around each spelling of the zone, (start, end) of the query's zone spelling or None); see `resolve`.
         self._folded: dict[bytes, tuple] = {}
+        self._folded_queries: dict[bytes, Query] = {}  # the same key -> the parsed query
         self._packet_bytes = 0
         self._negative: dict[bytes, Body] = {}  # lookup key -> NXDOMAIN/NODATA body
         # Scratch of one `resolve` call (reset at its start, read before it returns):
-        self._spelled: tuple[int, int] | None = None  # where reply() copied the query's zone spelling
-        self._keep = True  # False: this reply is cheaper to make again than to cache
+        # Where reply() copied the query's zone spelling, and the body's zone_slots and ends:
+        self._spelled: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
+        self._keep = True  # False: this reply is cheap to make again: cached only on second sight
+        self._sighted: set[bytes] = set()  # packet-cache keys of such replies seen once (see `resolve`)
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
         """`resolve`'s reply alone, for callers that observe nothing (the /explain endpoint, tests)."""
@@ -125,15 +144,18 @@ class Resolver:
         stored one: same question, flags and EDNS; only the ID, which observers do not read, may differ).
         A tuple of objects that exist anyway, so the cached lanes allocate nothing else per query.
 
-        A plain query (one question, no EDNS: what stub resolvers and dnsperf send) that spells
-        its name with capitals is cached apart, under its bytes lower-cased (`_folded`), so every
-        letter case of a name shares one entry: it keeps the reply without its question, and a hit
-        puts the packet's own question (its case) back in. Lower-casing cannot merge two plain
-        queries with different replies: it changes only bytes 0x41-0x5A, which in the header
-        (bytes 2-3; byte 2 is < 8 here) touch only the AD and Z bits, never RD or CD (the flags a
-        reply copies), and in the question only the letters of labels. A reply that spells the zone
-        (SRV targets, `zone_slots`) depends on how the query spells it: that entry also keeps the
-        spelling, and a query spelling it otherwise misses. Every other packet is cached exactly.
+        A query of one question and nothing else, or with an OPT record without options after it
+        (what stub resolvers and `dnsperf -e` send), that spells its name with capitals is cached
+        apart (`_folded`) under its bytes with the question's lower-cased, so every letter
+        case of a name shares one entry: it keeps the reply without its question, and a hit puts the
+        packet's own question (its case) back in. Folding cannot merge two such queries with
+        different replies: lower() changes only bytes 0x41-0x5A, which in the header (bytes 2-3;
+        byte 2 is < 8 here) touch only the AD and Z bits, never RD or CD (the flags a reply copies),
+        in the question only the letters of labels (a label length is <= 63, and the types and
+        classes with such a byte are all answered alike), and the OPT record is kept exact (its
+        size, DO bit and version decide the reply). A reply that spells the zone (SRV targets,
+        `zone_slots`) is kept cut at those places, and a hit joins the pieces with the zone as
+        the packet spells it. Every other packet is cached exactly.
         """
         table = self.table
         if table.generation != self._generation:
@@ -143,48 +165,120 @@ class Resolver:
         exact = data[2:]
         hit = self._packets.get(exact)
         if hit is not None and table.synced:
-            return data[:2] + hit[0], hit[1]
-        folded = exact.lower() if data[4:12] == _PLAIN and data[2] < 8 else exact
-        if folded is not exact and folded != exact:
+            return data[:2] + hit, self._packet_queries[exact]
+        # The `_folded` key, and where the question ends (None: the packet's end); inline, as a call
+        # would cost a tenth of a folded hit:
+        counts = data[4:12]
+        if counts == _PLAIN and data[2] < 8:
+            folded, end = exact.lower(), None
+        elif counts == _ONE_OPT and data[2] < 8 and data[-11:-8] == _OPT_HEAD:
+            folded, end = data[2:-11].lower() + data[-11:], -11
+        else:
+            folded = end = None
+        if folded is not None and folded != exact:
             hit = self._folded.get(folded)
             if hit is not None and table.synced:
-                spelled = hit[3]
-                if spelled is None or data[spelled[0] : spelled[1]] == spelled[2]:
-                    return data[:2] + hit[0] + data[12:] + hit[2], hit[1]
+                zone = hit[2]
+                if zone is None:
+                    return data[:2] + hit[0] + data[12:end] + hit[1], self._folded_queries[folded]
+                return data[:2] + hit[0] + data[12:end] + data[zone[0] : zone[1]].join(hit[1]), self._folded_queries[folded]
         else:
             folded = None
         self._spelled = None
         self._keep = True
         outcome = self._handle(data, False)
         reply, q = outcome
-        if type(reply) is bytes and q is not None and self._keep and reply[3] & 0x0F in _CACHEABLE_RCODES and not q.edns_version and table.synced:
-            if folded is None:
-                self._store(self._packets, exact, len(data), reply, (reply[2:], q))
-            elif q.qend == len(data):  # (trailing bytes after the question: not cached)
+        if type(reply) is not bytes or q is None:
+            return outcome
+        if not self._keep:
+            # A name that cannot exist (NXDOMAIN or NODATA, synced, EDNS version 0: cacheable): cached
+            # on its second sight only (the first is noted in `_sighted`, bytes only), so a flood of
+            # unique names fills nothing but that set, while names asked again (an NXDOMAIN mix,
+            # search-path expansions) become cache hits.
+            sighted = self._sighted
+            seen = exact if folded is None else folded
+            if seen not in sighted:
+                if len(sighted) >= SIGHTED_ENTRIES:
+                    sighted.clear()
+                sighted.add(seen)
+                return outcome
+            sighted.discard(seen)
+        elif reply[3] & 0x0F not in _CACHEABLE_RCODES or q.edns_version or not table.synced:
+            return outcome
+        if folded is None:
+            self._store(False, exact, len(data), reply, reply[2:], q)
+        elif q.qend == len(data) + (end or 0):  # (bytes between the question and the end: not cached)
+            tail = self._cut(reply, q)
+            if tail is not None:
                 span = self._spelled
-                entry = (reply[2:12], q, reply[q.qend :], None if span is None else (*span, data[span[0] : span[1]]))
-                self._store(self._folded, folded, len(data), reply, entry)
+                self._store(True, folded, len(data), reply, (reply[2:12], tail, None if span is None else span[:2]), q)
         return outcome
+
+    def _cut(self, reply: bytes, q: Query) -> bytes | tuple[bytes, ...] | None:
+        """The reply after its question, for `_folded`: whole, or where it spells the zone as the
+        query does (`reply` noted it in `_spelled`), cut into the pieces around each spelling
+        (None: not as expected, not cached)."""
+        tail = reply[q.qend :]
+        span = self._spelled
+        if span is None:
+            return tail
+        start, end, slots, ends = span
+        width = end - start
+        spelled = q.raw[start:end]
+        records = ((reply[6] << 8) | reply[7]) + ((reply[10] << 8) | reply[11]) - (1 if q.edns else 0)
+        last = ends[records - 1] if 0 < records <= len(ends) else 0  # where the records the reply kept end
+        pieces = []
+        at = 0
+        for slot in slots:
+            if slot >= last:
+                break
+            if tail[slot : slot + width] != spelled:
+                return None
+            pieces.append(tail[at:slot])
+            at = slot + width
+        pieces.append(tail[at:])
+        return tuple(pieces)
 
     def panicked(self, data: bytes) -> bytes | None:
         """The reply when `resolve` raised on `data` (a bug): SERVFAIL if it has a header, else nothing."""
         return error_reply(data, SERVFAIL) if len(data) >= 12 else None
 
-    def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
-        """Keep `entry` (see `resolve`) in `cache` under `key`; the packet was `size` bytes long."""
+    def _store(self, folded: bool, key: bytes, size: int, reply: bytes, entry: object, q: Query) -> None:
+        """Keep `entry` (see `resolve`) and `q` in the folded or the exact cache under `key`; the packet
+        was `size` bytes long.
+
+        An entry is bytes, or a tuple of bytes and ints, which the cyclic garbage collector stops
+        tracking at its first pass, and the query (a slots object: always tracked) sits in a dict of
+        its own. A full packet cache is then 32,768 objects for every collection to scan, not twice
+        as many, and fills with half the tracked allocations that trigger collections: with the
+        table frozen as `App.start` does, full collections (which stop the event loop) went from 6
+        to 3 per million queries and the longest from 19.3 to 12.7 ms of CPU (`python -m
+        benchmarks.gc_pauses`, 34,000 distinct packets; benchmarks/results/gc_pauses.json), for
+        one more dict lookup per hit (its key's hash is cached; ~0.03 us).
+        """
         size = 2 * size + len(reply) + _ENTRY_OVERHEAD  # key + the Query's copy of the packet + reply
         self._packet_bytes += size
         if len(self._packets) + len(self._folded) >= PACKET_CACHE_ENTRIES or self._packet_bytes > PACKET_CACHE_BYTES:
-            self._packets.clear()
-            self._folded.clear()
+            self._clear_packets()
             self._packet_bytes = size
-        cache[key] = entry
+        if folded:
+            self._folded[key] = entry  # type: ignore[assignment]
+            self._folded_queries[key] = q
+        else:
+            self._packets[key] = entry  # type: ignore[assignment]
+            self._packet_queries[key] = q
+
+    def _clear_packets(self) -> None:
+        self._packets.clear()
+        self._packet_queries.clear()
+        self._folded.clear()
+        self._folded_queries.clear()
 
     def flush(self) -> None:
         """Forget every cached reply (the table changed)."""
         self._generation = self.table.generation
-        self._packets.clear()
-        self._folded.clear()
+        self._clear_packets()
+        self._sighted.clear()
         self._packet_bytes = 0
         self._negative.clear()
 
@@ -196,17 +290,48 @@ class Resolver:
             return None, None  # a response, not a query
         if data[2] & 0x78:
             return error_reply(data, NOTIMP), None  # only opcode QUERY is implemented
-        if data[4:12] == _PLAIN:
-            # One question and nothing else (no EDNS): if the question, lower-cased, is a compiled
-            # key, it is a valid question (see `_PLAIN`), so the parse is skipped. This is what
-            # keeps a name asked in a new letter case (a new packet) close to a cached reply's cost.
+        counts = data[4:12]
+        table = self.table
+        # If the question, lower-cased, is a compiled key, it is a valid question (see `_PLAIN`), so
+        # the parse is skipped. This is what keeps a name asked in a new letter case (a new packet)
+        # close to a cached reply's cost.
+        if counts == _PLAIN:
+            end = len(data)
             key = data[12:].lower()
-            body = self.table.answers.get(key)
+            body = table.answers.get(key)
             if body is not None:
-                n = len(data)
-                q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], n, key[:-4],
+                q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4],
                           (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
                 return self.reply(q, body, MAX_TCP if tcp else MAX_UDP), q
+        elif counts == _ONE_OPT and data[-11:-8] == _OPT_HEAD and data[-2:] == b"\x00\x00" and not data[-5]:
+            end = len(data) - 11  # an OPT record without options, version 0, after the question
+            key = data[12:end].lower()
+            body = table.answers.get(key)
+            if body is not None:
+                return self._edns_lane(data, end, key, body, tcp)
+        else:
+            end = 0
+        if end:
+            # A name that cannot exist, told from the raw question (`Table.children`): one label below
+            # a compiled service, or `<service>.<namespace>.svc.<zone>` of a service that is not
+            # compiled (no such import, or its namespace is not exposed). `_uncompiled` answers both
+            # NXDOMAIN for every type but SOA (NODATA, D5) after `Table.absent`; a valid question,
+            # for the same reason as above, and `children` holds only zones `zone_of` maps them to.
+            first = key[0] if key else 0
+            if 0 < first < 64 and len(key) <= 259 and data[end - 2 : end] == b"\x00\x01" and table.synced:
+                children = table.children
+                zone_len = children.get(key[first + 1 : -4])
+                if zone_len is None:
+                    at = first + 1
+                    second = key[at] if at < len(key) else 0
+                    if 0 < second < 64:
+                        zone_len = table.svc_suffixes.get(key[at + second + 1 : -4])
+                        if zone_len is not None and key[:-4] in children:
+                            zone_len = None  # a compiled service, asked a type not compiled: the zone logic
+                if zone_len is not None:
+                    qtype = (data[end - 4] << 8) | data[end - 3]
+                    if qtype != AXFR and qtype != IXFR and (table.dnssd is None or not table.dnssd.exists(key[:-4])):
+                        return self._absent_child(data, end, key, zone_len, qtype)
         try:
             q = parse_query(data)
         except (Malformed, struct.error):
@@ -223,6 +348,33 @@ class Resolver:
             return self.reply(q, body, limit), q
         return self._uncompiled(q, limit, key), q
 
+    def _edns_lane(self, data: bytes, end: int, key: bytes, body: Body, tcp: bool) -> tuple[bytes, Query]:
+        """The reply to a query with an OPT record (`_ONE_OPT`) from a compiled body, without a parse
+        (see `_handle`); `end`: where the question ends. The query is what `parse_query` makes of it."""
+        payload = (data[-8] << 8) | data[-7]
+        q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4], (key[-4] << 8) | key[-3],
+                  (key[-2] << 8) | key[-1], True, payload if payload > MAX_UDP else MAX_UDP, payload, data[-4] >= 0x80)
+        return self.reply(q, body, MAX_TCP if tcp else q.udp_size), q
+
+    def _absent_child(self, data: bytes, end: int, key: bytes, zone_len: int, qtype: int) -> tuple[bytes, Query]:
+        """NXDOMAIN (NODATA for SOA) for a name `_handle` found absent from the raw question:
+        the header, the question as sent, the zone's SOA pointing into it, the OPT echoed.
+        Never truncated (at most 12 + 259 + 54 + 11 bytes); cached on second sight, as in `_uncompiled`."""
+        self._keep = False
+        table = self.table
+        rcode = vocab.NOERROR if qtype == vocab.SOA else vocab.NXDOMAIN
+        flags = (data[2] << 8) | data[3]
+        q = Query(data, (data[0] << 8) | data[1], flags, end, key[:-4], qtype, CLASS_IN)
+        zone_at = 8 + len(key) - zone_len
+        soa = table.soa(zone_at)
+        if end == len(data):
+            head = HEADER.pack(q.id, QR | AA | (flags & (RD | CD)) | rcode, 1, 0, 1, 0)
+            return head + data[12:] + soa, q
+        payload = (data[-8] << 8) | data[-7]
+        q.edns, q.udp_size, q.payload, q.do = True, payload if payload > MAX_UDP else MAX_UDP, payload, data[-4] >= 0x80
+        head = HEADER.pack(q.id, QR | AA | (flags & (RD | CD)) | rcode, 1, 0, 1, 1)
+        return head + data[12:end] + soa + data[-11:-6] + (_OPT_DO if q.do else _OPT_NO_DO), q
+
     def _remember_negative(self, key: bytes, body: Body) -> None:
         """NXDOMAIN or NODATA for `key`: the same body until the table changes (bounded)."""
         if len(self._negative) >= NEGATIVE_CACHE_ENTRIES:
@@ -233,7 +385,8 @@ class Resolver:
         authority = self.table.soa(body.zone_at) if body.soa else b""
         zone_case = None
         if body.zone_slots:
-            self._spelled = (body.zone_at, q.qend - 4)  # the reply spells the zone as the query does
+            # The reply spells the zone as the query does (`_cut` reads where).
+            self._spelled = (body.zone_at, q.qend - 4, body.zone_slots, body.ends)
             spelled = q.raw[body.zone_at : q.qend - 4]
             if spelled != q.lname[body.zone_at - 12 :]:
                 zone_case = spelled
@@ -249,9 +402,10 @@ class Resolver:
         reversed_ = zwire in table.reverse_zones  # --reverse-cidr
         if q.qtype != vocab.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
             # A name that cannot exist, told from its shape (random-subdomain floods): the shared
-            # NXDOMAIN body, without the zone logic. Kept in neither cache: storing a reply costs more
-            # than this lane (profiled: ~2.5 us against ~4 us for the whole query), and unique names
-            # would only push out the replies that are costly to make.
+            # NXDOMAIN body, without the zone logic. Not in the negative cache, and in the packet
+            # cache only when asked again (`resolve`): storing a reply costs more than this lane
+            # (profiled: ~2.5 us against ~4 us for the whole query), and unique names would only
+            # push out the replies that are costly to make.
             self._keep = False
             return self.reply(q, table.negative(vocab.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
         labels = split_labels(q.lname[: len(q.lname) - len(zwire)])
@@ -337,7 +491,7 @@ class _View:
 
 class _Rotation:
     """A cached reply of `RoundRobinResolver` whose A/AAAA run rotates: `prefix + rotation` (the
-    packet cache's `data[:2] + hit[0]`) is the reply with the run one record further on."""
+    packet cache's `data[:2] + hit`) is the reply with the run one record further on."""
 
     __slots__ = ("before", "run", "width", "after")
 
@@ -381,20 +535,19 @@ class RoundRobinResolver(Resolver):
         self._rotated = None
         return Resolver._handle(self, data, tcp)
 
-    def _store(self, cache: dict, key: bytes, size: int, reply: bytes, entry: tuple) -> None:
+    def _store(self, folded: bool, key: bytes, size: int, reply: bytes, entry: object, q: Query) -> None:
         """`Resolver.resolve`'s hook: a reply whose addresses rotated is kept under its exact bytes as a
-        `_Rotation`, which `resolve`'s hit (`data[:2] + hit[0]`) turns one record further on; a reply
+        `_Rotation`, which `resolve`'s hit (`data[:2] + hit`) turns one record further on; a reply
         that did not rotate is kept as without the flag (letter-case folding included)."""
         run = self._rotated
         if run is None:
-            Resolver._store(self, cache, key, size, reply, entry)
+            Resolver._store(self, folded, key, size, reply, entry, q)
             return
         if run is _UNCACHED or (reply[2] & 0x02 and run.start):  # truncated: only a run that leads the answer (all of ours)
             return
-        q = entry[1]
         at = q.qend + run.start  # the body follows the question
         width = run.end - run.start if not reply[2] & 0x02 else min((reply[6] << 8) | reply[7], run.count) * run.size
-        Resolver._store(self, self._packets, q.raw[2:], size, reply, (_Rotation(reply[2:at], run, width, reply[at + width :]), q))
+        Resolver._store(self, False, q.raw[2:], size, reply, _Rotation(reply[2:at], run, width, reply[at + width :]), q)
 
     def flush(self) -> None:
         super().flush()

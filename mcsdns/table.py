@@ -117,6 +117,15 @@ class Table:
             log.info("authoritative for %d reverse zone(s): %s", len(networks),
                      ", ".join(".".join(reverse.zone_labels(n)) for n in networks))
         self.dnssd: NameIndex | None = None  # --dns-sd: compiled along with the services it lists
+        # `<service>.<namespace>.svc.<zone>` (wire form, lower case) of exactly the services in `owned`
+        # -> the zone's length, for the zones no other served zone nests in or under (`_sole_zones`): a
+        # name one label below is NXDOMAIN for every type but SOA (`absent`), which the resolver answers
+        # from the raw question (Resolver._handle) without the parse, zone_of or the walk.
+        self.children: dict[bytes, int] = {}
+        self._child_zones = _sole_zones(self.zones, self.reverse_zones)
+        # `svc.<zone>` (wire form) of the same zones -> the zone's length: `<a>.<b>.svc.<zone>` not in
+        # `children` is a service that is not compiled, NXDOMAIN for every type but SOA too.
+        self.svc_suffixes: dict[bytes, int] = {b"\x03svc" + z: len(z) for z in self._child_zones}
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
@@ -243,6 +252,9 @@ class Table:
         old = self.owned.pop(key, [])
         for k in old:
             self.answers.pop(k, None)
+        parents = self._service_names(key)
+        for parent, _ in parents:
+            self.children.pop(parent, None)
         svc = self.service(*key)
         if svc is None or not self.namespace_exposed(key[0]):
             if self.reverse_zones:
@@ -286,6 +298,17 @@ class Table:
                 self.answers[k] = body
                 keys.append(k)
         self.owned[key] = keys
+        self.children.update(parents)
+
+    def _service_names(self, key: ServiceKey) -> list[tuple[bytes, int]]:
+        """(`<service>.<namespace>.svc.<zone>` in wire form, lower case; the zone's length) for each
+        zone of `children`."""
+        namespace, service = key
+        try:
+            rel = encode_labels((service.lower(), namespace.lower(), "svc"))
+        except ValueError:  # no DNS name (a label longer than 63 bytes): none of its names is compiled either
+            return []
+        return [(rel + zwire, len(zwire)) for zwire in self._child_zones]
 
     def _compile_pointers(self, key: ServiceKey, svc: Service | None) -> None:
         """--reverse-cidr: swap in the PTR answers of every address whose names this service changed."""
@@ -392,6 +415,15 @@ class Table:
                 return lname[i:]
             i += lname[i] + 1
         return None
+
+
+def _sole_zones(zones: tuple[bytes, ...], reverse_zones: frozenset[bytes]) -> tuple[bytes, ...]:
+    """The zones for which `Table.zone_of` of every name below is the zone itself: no other served
+    zone (forward or reverse) ends with it, and it ends with no reverse zone (those are matched
+    first). A byte-suffix test, stricter than a label one: a doubtful zone only loses a fast lane."""
+    others = zones + tuple(reverse_zones)
+    return tuple(z for z in zones if not any(o != z and o.endswith(z) for o in others)
+                 and not any(z.endswith(r) for r in reverse_zones))
 
 
 def _label_boundary(lname: bytes, at: int) -> bool:

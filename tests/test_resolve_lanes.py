@@ -21,7 +21,8 @@ from mcsdns import compile as zone
 from mcsdns.objects import InvalidObject, convert
 from mcsdns.resolve import Forward, Resolver
 from mcsdns.wire import split_labels
-from test_zone import build
+from testsupport.inprocess import build_resolver
+from test_zone import FIXTURES, build
 
 QTYPES = (1, 28, 33, 16, 2, 6, 12, 15, 65, 99)  # A AAAA SRV TXT NS SOA PTR MX HTTPS SPF
 
@@ -178,3 +179,273 @@ def test_no_compiled_key_has_a_letter_in_its_type_or_class(resolver):
     type and class alone, so a packet whose lower-cased question is a key asks exactly that."""
     for key in resolver.table.answers:
         assert key[-4:].lower() == key[-4:] and key[-4:].upper() == key[-4:], key
+
+
+def edns_query(name: str, qtype: int, payload: int = 4096, do: bool = False, version: int = 0, options: bytes = b"",
+               qid: int = 0x1234, flags: int = 0x0100, qclass: int = 1) -> bytes:
+    """One question and an OPT record after it, as `dnsperf -e` (no options), dig (a cookie) or glibc send."""
+    opt = b"\x00" + struct.pack(">HHBBHH", 41, payload, 0, version, 0x8000 if do else 0, len(options)) + options
+    return (struct.pack(">HHHHHH", qid, flags, 1, 0, 0, 1) + wire_name(name) + struct.pack(">HH", qtype, qclass)
+            + opt)
+
+
+OPTS = [dict(), dict(payload=512), dict(payload=1232, do=True), dict(payload=100), dict(payload=65535, do=True),
+        dict(version=1), dict(options=b"\x00\x0a\x00\x08" + b"cookie!!")]  # small, DO, BADVERS, a cookie
+
+
+def test_edns_queries_share_the_folded_cache_and_the_lane(resolver):
+    """Queries with an OPT record: in any letter case, with any size, DO bit, version or options,
+    RD and CD in every combination, the first reply (the EDNS lane or the full path), a repeat
+    (cache hit) and other letter cases (folded-cache hits) are the full path's, byte for byte."""
+    rng = random.Random(5)
+    fresh = Resolver(resolver.table)
+    folded_hits = 0
+    for name, qtype in contract_questions():
+        for opt in OPTS:
+            for flags in (0x0000, 0x0100, 0x0110):
+                for _ in range(2):
+                    packet = edns_query(mixed_case(name, rng), qtype, qid=rng.randrange(65536), flags=flags, **opt)
+                    expected = full_path(resolver, packet)
+                    before = len(fresh._folded)
+                    assert fresh.handle(packet) == expected, (name, qtype, opt)
+                    assert fresh.handle(packet) == expected
+                    folded_hits += len(fresh._folded) == before
+    assert fresh._folded and folded_hits > 100  # EDNS queries were folded and hit
+
+
+def test_srv_replies_fold_across_zone_spellings(resolver):
+    """An SRV reply spells the zone as the query does: one folded entry serves every spelling of
+    name and zone, with and without EDNS, truncated (512 bytes) or not, each byte for byte the
+    full path's, and its targets spell the zone as that query did."""
+    rng = random.Random(9)
+    srv = [name for name, qtype in contract_questions() if qtype == 33]
+    r = Resolver(resolver.table)
+    truncated = hits = 0
+    for name in srv:
+        for make in (lambda n: plain_query(n, 33, rng.randrange(65536)),
+                     lambda n: edns_query(n, 33, qid=rng.randrange(65536)),
+                     lambda n: edns_query(n, 33, payload=512, do=True)):
+            for _ in range(4):
+                spelled = mixed_case(name, rng)
+                packet = make(spelled)
+                before = len(r._folded)
+                reply = r.handle(packet)
+                hits += len(r._folded) == before
+                assert reply == full_path(resolver, packet), spelled
+                truncated += bool(reply[2] & 0x02)
+                message = dns.message.from_wire(reply)
+                zone = spelled.rstrip(".").split(".")[-2:]
+                for rrset in message.answer:
+                    for rd in rrset:
+                        if rd.rdtype == 33:
+                            assert rd.target.to_text().endswith(".".join(zone) + "."), (spelled, rd)
+    srv_entries = [entry for entry in r._folded.values() if entry[2] is not None]
+    assert srv_entries and hits > len(srv), "SRV replies were not folded across spellings"
+    assert truncated  # a reply cut to 512 bytes keeps only the zone spellings of the records it kept
+
+
+def absent_children(table) -> list[str]:
+    """Names one label below each compiled service (the random-subdomain flood's shape), in odd labels
+    too, and services that are not compiled: a missing one in the same namespace, the same one in
+    another namespace (exposed or not, existing or not), and the compiled service itself."""
+    rng = random.Random(3)
+    out = []
+    for parent in table.children:
+        name = ".".join(split_labels(parent))
+        service, namespace, rest = name.split(".", 2)
+        out += [f"{rng.getrandbits(40):x}.{name}", f"_http.{name}", f"*.{name}", f"{'a' * 63}.{name}",
+                f"pod-0.{name}", f"Z{rng.getrandbits(20):x}.{name}", name,
+                f"x{rng.getrandbits(40):x}.{namespace}.{rest}", f"{service}.{service}.{rest}", f"{service}.nons.{rest}",
+                f"{service}.{'b' * 63}.{rest}", f"_{service}.{namespace}.{rest}"]
+    zone = ".".join(split_labels(next(iter(table.children)))).split(".", 3)[3]
+    hidden = [f"{name}.{namespace}.svc.{zone}" for namespace, name in table.store.imports if (namespace, name) not in table.owned]
+    return out + hidden + [f"x.{name}" for name in hidden]
+
+
+def absent_services(table) -> list[str]:
+    """Of `absent_children`, the names the raw-question lane must answer: not a compiled service."""
+    compiled = {".".join(split_labels(parent)) for parent in table.children}
+    return [name for name in absent_children(table)
+            if name.lower() not in compiled and (name.lower().split(".", 1)[1] in compiled or name.count(".") == 4)]
+
+
+CHILD_TYPES = QTYPES + (252, 251, 255, 0x0041, 0x4100)  # AXFR IXFR ANY, and types with a letter byte
+
+
+def test_absent_child_lane_matches_the_full_path(resolver):
+    """A name one label below a compiled service: every type (SOA: NODATA; AXFR/IXFR: REFUSED),
+    classes IN, CH and ANY, plain and with EDNS (sizes, DO, BADVERS, options), RD/CD, any letter
+    case: the reply is the full path's, byte for byte, and the lane was taken for most."""
+    table = resolver.table
+    assert table.children, "no compiled service"
+    rng = random.Random(4)
+    r = Resolver(table)
+    for name in absent_children(table):
+        for qtype in CHILD_TYPES:
+            spelled = mixed_case(name, rng) if rng.random() < 0.5 else name
+            packets = [plain_query(spelled, qtype, rng.randrange(65536), rng.choice((0, 0x0100, 0x0110)))]
+            packets += [edns_query(spelled, qtype, **rng.choice(OPTS))]
+            packets += [edns_query(spelled, qtype, qclass=rng.choice((3, 255)))]
+            for packet in packets:
+                assert r.handle(packet) == full_path(resolver, packet), (spelled, qtype, packet)
+    for name in absent_services(table):
+        reply, q = Resolver(table).resolve(plain_query(name, 1))
+        assert q.lname == wire_name(name.lower()) and q.qtype == 1
+        assert dns.message.from_wire(reply).rcode() == dns.rcode.NXDOMAIN
+
+
+def test_absent_child_lane_skips_the_parse(resolver, monkeypatch):
+    """The lane is really taken: child names of compiled services and names of services not
+    compiled, plain or with EDNS, are answered without `parse_query` (which the full path runs for
+    every packet)."""
+    import mcsdns.resolve as resolve_module
+
+    calls = []
+    real = resolve_module.parse_query
+    monkeypatch.setattr(resolve_module, "parse_query", lambda data: calls.append(data) or real(data))
+    names = absent_services(resolver.table)
+    assert len(names) > 10 * len(resolver.table.children)
+    for name in names:
+        Resolver(resolver.table).resolve(plain_query(name, 1))
+        Resolver(resolver.table).resolve(edns_query(name, 28, do=True))
+    assert not calls, calls[:3]
+    Resolver(resolver.table).resolve(plain_query("a.b." + name, 1))  # two labels below: the full path
+    assert calls
+
+
+LONG_ZONE = f"{'z' * 60}.{'y' * 60}.{'x' * 50}.example"  # 182 bytes: a 63-byte label below a service is too long
+
+
+@pytest.mark.parametrize("zones,reverse", [(("clusterset.local", "example.org"), ()),
+                                           (("clusterset.local", "svc.clusterset.local"), ()),
+                                           (("clusterset.local",), ("10.0.0.0/8",)),
+                                           (("clusterset.local", LONG_ZONE), ())])
+def test_absent_child_lane_with_other_zones(zones, reverse):
+    """Several zones, a zone nested in another (`zone_of` picks the inner one: the outer one has no
+    lane), reverse zones, a zone so long that some child names pass 255 bytes (FORMERR): every
+    child name still gets the full path's reply."""
+    resolver = build_resolver([FIXTURES / "contract.yaml"], namespaces=frozenset({"testns"}), ttl=5, zones=zones,
+                              reverse_cidrs=reverse)
+    table = resolver.table
+    if len(zones) == 2 and zones[1].endswith(zones[0]):
+        assert not any(p.endswith(wire_name(zones[0])) and not p.endswith(wire_name(zones[1]))
+                       for p in table.children)
+    else:
+        assert {p[-len(wire_name(z)):] for p in table.children for z in zones if p.endswith(wire_name(z))}
+    r = Resolver(table)
+    names = absent_children(table)
+    names += [n.replace("clusterset.local", z) for n in absent_children(build().table) for z in zones]
+    for name in names:
+        for qtype in (1, 28, 33, 6, 16):
+            packet = plain_query(name, qtype)
+            assert r.handle(packet) == full_path(resolver, packet), (name, qtype)
+
+
+def test_absent_child_lane_under_dns_sd():
+    """--dns-sd: names below a service that DNS-SD browsing answers get the zone logic's reply."""
+    from mcsdns.dnssd import DnsSd
+
+    resolver = build()
+    table = resolver.table
+    table.dnssd = DnsSd(table)
+    table.dnssd.full()
+    r = Resolver(table)
+    names = absent_children(table) + [".".join(split_labels(k[:-4])) for k in table.answers]
+    for name in names:
+        for qtype in (1, 12, 33, 16, 6):
+            packet = plain_query(name, qtype)
+            assert r.handle(packet) == full_path(resolver, packet), (name, qtype)
+
+
+def test_children_index_follows_the_services():
+    """`Table.children` holds exactly the compiled services' names, through changes and deletions."""
+    resolver = build()
+    table = resolver.table
+
+    def expected() -> set[bytes]:
+        return {wire_name(f"{svc}.{ns}.svc.clusterset.local") for ns, svc in table.owned}
+
+    assert set(table.children) == expected() and table.children
+    for namespace, name in list(table.owned)[:3]:
+        table.store.delete("ServiceImport", namespace, name)
+        assert (namespace, name) not in table.owned
+        assert set(table.children) == expected()
+    assert table.children
+
+
+def objects_of_contract() -> list[dict]:
+    import yaml
+
+    return [doc for doc in yaml.safe_load_all((FIXTURES / "contract.yaml").read_text()) if doc]
+
+
+def test_lanes_before_sync_give_the_full_path():
+    """Before the sources sync nothing is compiled and NXDOMAIN is SERVFAIL: no lane answers."""
+    resolver = build_resolver(objects=objects_of_contract(), zones=("clusterset.local",), namespaces=frozenset({"testns"}),
+                              ttl=5)
+    table = resolver.table
+    assert not table.synced
+    r = Resolver(table)
+    for name in absent_services(build().table):
+        for packet in (plain_query(name, 1), edns_query(name, 1)):
+            assert r.handle(packet) == full_path(resolver, packet)
+            assert dns.message.from_wire(r.handle(packet)).rcode() == dns.rcode.SERVFAIL
+
+
+def test_names_that_cannot_exist_are_cached_on_second_sight_only(resolver):
+    """A flood of unique missing names fills no packet cache; a missing name asked again (an NXDOMAIN
+    mix, search-path expansions) is cached from its second query on; every reply is the full path's."""
+    table = resolver.table
+    r = Resolver(table)
+    names = absent_services(table) + [f"a.b.c.{name}" for name in absent_services(table)]  # lane and `absent`
+    for name in names:
+        packet = plain_query(name, 1)
+        assert r.handle(packet) == full_path(resolver, packet)
+    assert not r._packets and not r._folded
+    rng = random.Random(2)
+    for name in names:
+        spelled = mixed_case(name, rng)
+        for make in (lambda i: plain_query(name, 1, i), lambda i: edns_query(spelled, 28, qid=i)):
+            packets = [make(qid) for qid in (1, 2, 3)]
+            assert [r.handle(packet) for packet in packets] == [full_path(resolver, packet) for packet in packets]
+    assert len(r._packets) + len(r._folded) >= len(names)
+
+
+def test_mutated_packets_get_the_replies_of_the_path_without_lanes(resolver, monkeypatch):
+    """Bytes flipped, cut or added anywhere in plain and EDNS queries for compiled, missing and SRV
+    names: each reply (and a repeat, and the packet in another letter case) is the one the resolver
+    gives with its raw-question lanes and case-folded cache switched off (no packet shape matches
+    `_PLAIN` or `_ONE_OPT` there): the parse decides, as before any lane existed."""
+    import mcsdns.resolve as resolve_module
+
+    table = resolver.table
+    rng = random.Random(13)
+    names = [name for name, _ in contract_questions()][:20] + absent_services(table)[:40]
+    seeds = []
+    for name in names:
+        for qtype in (1, 28, 33, 6, 16):
+            seeds += [plain_query(mixed_case(name, rng), qtype), edns_query(mixed_case(name, rng), qtype, **rng.choice(OPTS))]
+
+    def mutate(packet: bytes) -> bytes:
+        data = bytearray(packet)
+        for _ in range(rng.randint(1, 3)):
+            if len(data) < 4:
+                break
+            roll = rng.random()
+            at = rng.randrange(2, len(data))
+            if roll < 0.5:
+                data[at] = rng.choice((0, 1, 0x29, 0x41, 0x5A, 0x61, 0x80, 0xC0, 0xFF, rng.randrange(256)))
+            elif roll < 0.75:
+                del data[at:]
+            else:
+                data[at:at] = bytes([rng.randrange(256)])
+        return bytes(data)
+
+    packets = [mutate(seed) for seed in seeds for _ in range(4)] + seeds
+    fast = Resolver(table)
+    got = [[fast.handle(p), fast.handle(p), fast.handle(p.swapcase())] for p in packets]
+    monkeypatch.setattr(resolve_module, "_PLAIN", b"no packet has these counts")
+    monkeypatch.setattr(resolve_module, "_ONE_OPT", b"no packet has these counts")
+    slow = Resolver(table)
+    for packet, replies in zip(packets, got):
+        assert replies == [slow.handle(packet), slow.handle(packet), slow.handle(packet.swapcase())], packet
