@@ -3,6 +3,7 @@
 usage: python -m benchmarks.sync_cost [--imports 10000] [--rounds 3] [--servers mcsdns-api,coredns]
        python -m benchmarks.sync_cost --hold            # load once, print the kubeconfig, keep the test bed up
        python -m benchmarks.sync_cost --kubeconfig PATH  # time against a test bed already loaded (--hold)
+       python -m benchmarks.sync_cost --kubeconfig PATH --imports 50000 --loaded 10000  # grow it first
 
 "Sync" is the scale section's figure: from starting the process (pinned to --cpu, at the suite's
 nice value) until the probe name (the last import) answers with data, i.e. the whole data set is
@@ -63,12 +64,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--servers", default="mcsdns-api,coredns", help="comma-separated: mcsdns-api, coredns")
     p.add_argument("--cpu", default="1", help="CPU the servers are pinned to, as in the suite ('' = any)")
     p.add_argument("--kubeconfig", type=Path, help="a test bed already loaded with --imports (see --hold)")
+    p.add_argument("--loaded", type=int, help="with --kubeconfig: imports already there; the rest of --imports is created")
     p.add_argument("--hold", action="store_true", help="start and load the test bed, then wait (Ctrl-C ends)")
     args = p.parse_args(argv)
     suite = Suite(Options(out=Path(tempfile.gettempdir())))
     if args.kubeconfig is not None:
-        from testsupport.testbed import find_testbin
+        from testsupport.testbed import KubeClient, find_testbin
 
+        if args.loaded is not None:
+            suite.client = KubeClient.from_kubeconfig(args.kubeconfig)
+            suite.loaded_imports, suite.loaded_headless = args.loaded, {10, 100, 1000}
+            log(f"loading imports {args.loaded} to {args.imports}")
+            suite.load_api(Spec(imports=args.imports, headless=(10, 100, 1000)))
         time_servers(args, suite.work, args.kubeconfig, find_testbin() / "bin" / "coredns")
         return
     try:
