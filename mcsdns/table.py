@@ -14,7 +14,11 @@ kube source arrive kind by kind (ServiceImports, then EndpointSlices would
 compile every service twice), so their changes are collected and every
 service is compiled once when the store reports the sync. Until then queries
 take the zone logic, which answers the same from the same objects. After the
-sync every change is compiled as it arrives.
+sync every change is compiled as it arrives. One exception: once every kind
+but ServiceImport is listed (the API server serves the custom resource's
+pages slower than EndpointSlices'), a service whose import arrives is complete
+and is compiled at once, in the time the list waits for its next page; the
+sync then compiles only the others.
 """
 
 from __future__ import annotations
@@ -120,6 +124,7 @@ class Table:
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
+        self._early: set[ServiceKey] = set()  # compiled before the sync, and current (see _compile_early)
         self._compile_apex()
 
     # ----------------------------------------------------------------- ZoneView
@@ -183,6 +188,8 @@ class Table:
             if self.store.synced_all:
                 triggers, self._deferred = self._deferred, None
                 self._compile_everything(triggers)
+            elif self._only_imports_listing():
+                self._compile_early(changes)
             return
         if not (changes.services or changes.namespaces or self.config.local_cluster == "auto"):
             return  # a ClusterProperty nobody asked about (no --local-cluster auto): nothing to recompile
@@ -208,13 +215,35 @@ class Table:
             for kind, stamp in changes.stamps:
                 self.on_stamped(kind, stamp)
 
+    def _only_imports_listing(self) -> bool:
+        """Every required kind but ServiceImport is listed, and the local cluster cannot change at the
+        sync (--local-cluster auto reads it from a ClusterProperty): a service is complete when its
+        import arrives."""
+        return self.store.required - self.store.synced == {"ServiceImport"} and self.config.local_cluster != "auto"
+
+    def _compile_early(self, changes: Changes) -> None:
+        """Before the sync, once only imports are still listed: compile the services changed now.
+
+        Every later change to them is compiled here too, until the sync, so they stay current and
+        the sync skips them. A namespace that changed meanwhile leaves its services to the sync.
+        """
+        if changes.namespaces:
+            self._early = {k for k in self._early if k[0] not in changes.namespaces}
+        for key in changes.services:
+            if key[0] in changes.namespaces:
+                continue
+            self.compile(key)
+            self._early.add(key)
+
     @collector_paused
     def _compile_everything(self, triggers: dict[ServiceKey, str]) -> None:
-        """The initial sync: compile every service once (nothing was compiled before)."""
+        """The initial sync: compile every service once (but those compiled early and still current)."""
         started = time.monotonic()
         self.local = self._local_cluster()
+        early, self._early = self._early, set()
         for key in list(self.store.imports):
-            self.compile(key)
+            if key not in early:
+                self.compile(key)
         if self.on_programmed is not None:
             for key, trigger in triggers.items():
                 imp = self.store.imports.get(key)
