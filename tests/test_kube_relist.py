@@ -135,6 +135,42 @@ def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyP
     assert compiled == [("ns", "s0")] and answer(resolver, "s0") == a("10.0.9.9")
 
 
+def test_imports_listed_after_everything_else_are_compiled_as_they_arrive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server serves ServiceImport pages slower than EndpointSlice pages: once only imports are
+    still listed, each arriving service is complete and compiled at once; the sync compiles the rest."""
+    compiled: list[tuple[str, str]] = []
+    real = Table.compile
+    monkeypatch.setattr(Table, "compile", lambda self, key: (compiled.append(key), real(self, key))[1])
+    source, store, table, resolver = pipeline()
+    states = source.states
+    names = [f"s{i}" for i in range(6)]
+    slices = [EndpointSlice("ns", f"{n}-east", n, "east", (Address(f"10.1.0.{i + 1}", False, f"h{i}"),),
+                            (Port(80, "http", "TCP"),)) for i, n in enumerate(names)]
+    source._handle(states["Namespace"], Listed([Namespace("ns")], frozenset(), "1"))
+    source._handle(states["ServiceImport"], ListedPage([imp(n, f"10.0.0.{i + 1}") for i, n in enumerate(names[:2])],
+                                                       frozenset(), True))
+    source._handle(states["EndpointSlice"], Listed(slices, frozenset(), "3"))
+    assert compiled == []  # s0 and s1 arrived before the EndpointSlices were listed: left to the sync
+    source._handle(states["ServiceImport"], ListedPage([imp(n, f"10.0.0.{i + 3}") for i, n in enumerate(names[2:4])],
+                                                       frozenset(), False))
+    assert sorted(compiled) == [("ns", "s2"), ("ns", "s3")] and not store.synced_all
+    # A change to an early one before the sync is compiled at once as well: it stays current.
+    changed = EndpointSlice("ns", "s2-east", "s2", "east", (Address("10.1.9.9", False, "h9"),), (Port(80, "http", "TCP"),))
+    source._handle(states["EndpointSlice"], Upserted(changed, time.monotonic()))
+    assert compiled[-1] == ("ns", "s2")
+    compiled.clear()
+    source._handle(states["ServiceImport"], Listed([imp(n, f"10.0.0.{i + 5}") for i, n in enumerate(names[4:])],
+                                                   frozenset(), "2"))
+    assert store.synced_all
+    assert sorted(compiled) == [("ns", "s0"), ("ns", "s1"), ("ns", "s4"), ("ns", "s5")]  # the sync: only the others
+    assert set(table.owned) == {("ns", n) for n in names}
+    assert [answer(resolver, n) for n in names] == [a(f"10.0.0.{i + 1}") for i in range(6)]
+    fresh = build_table(zones=(Z,), objects=[Namespace("ns"), *store.imports.values(), *store.slices.values()],
+                        synced=True)  # the same objects compiled after the sync, in one go
+    owned = {key: {k: table.answers[k] for k in keys} for key, keys in table.owned.items()}
+    assert owned == {key: {k: fresh.answers[k] for k in keys} for key, keys in fresh.owned.items()}
+
+
 # --------------------------------------------------------------------------- on the test bed
 
 SERVICES = 2 * PAGE_SIZE + 200  # a ServiceImport list of three pages
