@@ -108,10 +108,20 @@ def test_a_list_cut_short_deletes_nothing() -> None:
     assert set(store.imports) == {("ns", "a"), ("ns", "b"), ("ns", "e")}
 
 
-def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def counting_compiles(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The services Table.compile is called for, in order."""
     compiled: list[tuple[str, str]] = []
     real = Table.compile
     monkeypatch.setattr(Table, "compile", lambda self, key: (compiled.append(key), real(self, key))[1])
+    return compiled
+
+
+def one_slice(service: str, ip: str, host: str) -> EndpointSlice:
+    return EndpointSlice("ns", f"{service}-east", service, "east", (Address(ip, False, host),), (Port(80, "http", "TCP"),))
+
+
+def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = counting_compiles(monkeypatch)
     source, store, table, resolver = pipeline()
     states = source.states
     names = [f"s{i}" for i in range(6)]
@@ -120,8 +130,7 @@ def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyP
                                                        frozenset(), True))
     source._handle(states["ServiceImport"], Listed([imp(n, f"10.0.0.{i + 4}") for i, n in enumerate(names[3:])],
                                                    frozenset(), "2"))
-    slices = [EndpointSlice("ns", f"{n}-east", n, "east", (Address(f"10.1.0.{i + 1}", False, f"h{i}"),),
-                            (Port(80, "http", "TCP"),)) for i, n in enumerate(names)]
+    slices = [one_slice(n, f"10.1.0.{i + 1}", f"h{i}") for i, n in enumerate(names)]
     source._handle(states["EndpointSlice"], ListedPage(slices[:4], frozenset(), True))
     assert compiled == [] and not table.owned  # not synced yet (EndpointSlices): nothing compiled...
     assert answer(resolver, "s0") == a("10.0.0.1")  # ...but positive answers come from the zone logic
@@ -138,14 +147,11 @@ def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyP
 def test_imports_listed_after_everything_else_are_compiled_as_they_arrive(monkeypatch: pytest.MonkeyPatch) -> None:
     """The API server serves ServiceImport pages slower than EndpointSlice pages: once only imports are
     still listed, each arriving service is complete and compiled at once; the sync compiles the rest."""
-    compiled: list[tuple[str, str]] = []
-    real = Table.compile
-    monkeypatch.setattr(Table, "compile", lambda self, key: (compiled.append(key), real(self, key))[1])
+    compiled = counting_compiles(monkeypatch)
     source, store, table, resolver = pipeline()
     states = source.states
     names = [f"s{i}" for i in range(6)]
-    slices = [EndpointSlice("ns", f"{n}-east", n, "east", (Address(f"10.1.0.{i + 1}", False, f"h{i}"),),
-                            (Port(80, "http", "TCP"),)) for i, n in enumerate(names)]
+    slices = [one_slice(n, f"10.1.0.{i + 1}", f"h{i}") for i, n in enumerate(names)]
     source._handle(states["Namespace"], Listed([Namespace("ns")], frozenset(), "1"))
     source._handle(states["ServiceImport"], ListedPage([imp(n, f"10.0.0.{i + 1}") for i, n in enumerate(names[:2])],
                                                        frozenset(), True))
@@ -155,7 +161,7 @@ def test_imports_listed_after_everything_else_are_compiled_as_they_arrive(monkey
                                                        frozenset(), False))
     assert sorted(compiled) == [("ns", "s2"), ("ns", "s3")] and not store.synced_all
     # A change to an early one before the sync is compiled at once as well: it stays current.
-    changed = EndpointSlice("ns", "s2-east", "s2", "east", (Address("10.1.9.9", False, "h9"),), (Port(80, "http", "TCP"),))
+    changed = one_slice("s2", "10.1.9.9", "h9")
     source._handle(states["EndpointSlice"], Upserted(changed, time.monotonic()))
     assert compiled[-1] == ("ns", "s2")
     compiled.clear()
