@@ -144,33 +144,37 @@ def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyP
     assert compiled == [("ns", "s0")] and answer(resolver, "s0") == a("10.0.9.9")
 
 
-def test_imports_listed_after_everything_else_are_compiled_as_they_arrive(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The API server serves ServiceImport pages slower than EndpointSlice pages: once only imports are
-    still listed, each arriving service is complete and compiled at once; the sync compiles the rest."""
+def test_services_are_compiled_while_the_lists_run_once_they_look_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page compiles the services the page before touched (the list is past them); once only imports
+    are still listed, an arriving service is complete and compiled at once; the sync compiles the rest.
+    Each service once, and the table is the one a compile after the sync makes."""
     compiled = counting_compiles(monkeypatch)
     source, store, table, resolver = pipeline()
     states = source.states
-    names = [f"s{i}" for i in range(6)]
+    names = [f"s{i}" for i in range(8)]
     slices = [one_slice(n, f"10.1.0.{i + 1}", f"h{i}") for i, n in enumerate(names)]
+    imports = [imp(n, f"10.0.0.{i + 1}") for i, n in enumerate(names)]
     source._handle(states["Namespace"], Listed([Namespace("ns")], frozenset(), "1"))
-    source._handle(states["ServiceImport"], ListedPage([imp(n, f"10.0.0.{i + 1}") for i, n in enumerate(names[:2])],
-                                                       frozenset(), True))
-    source._handle(states["EndpointSlice"], Listed(slices, frozenset(), "3"))
-    assert compiled == []  # s0 and s1 arrived before the EndpointSlices were listed: left to the sync
-    source._handle(states["ServiceImport"], ListedPage([imp(n, f"10.0.0.{i + 3}") for i, n in enumerate(names[2:4])],
-                                                       frozenset(), False))
-    assert sorted(compiled) == [("ns", "s2"), ("ns", "s3")] and not store.synced_all
-    # A change to an early one before the sync is compiled at once as well: it stays current.
-    changed = one_slice("s2", "10.1.9.9", "h9")
-    source._handle(states["EndpointSlice"], Upserted(changed, time.monotonic()))
-    assert compiled[-1] == ("ns", "s2")
+    source._handle(states["ServiceImport"], ListedPage(imports[:3], frozenset(), True))
+    source._handle(states["EndpointSlice"], ListedPage(slices[:2], frozenset(), True))
+    assert compiled == []  # s0-s2 were touched by the page before, but had no slice then
+    source._handle(states["EndpointSlice"], ListedPage(slices[2:4], frozenset(), False))
+    assert sorted(compiled) == [("ns", "s0"), ("ns", "s1")]  # the page before's, now with import and slice
+    source._handle(states["EndpointSlice"], Listed(slices[4:], frozenset(), "3"))
+    assert sorted(compiled) == [("ns", "s0"), ("ns", "s1"), ("ns", "s2")]  # s3: no import yet
     compiled.clear()
-    source._handle(states["ServiceImport"], Listed([imp(n, f"10.0.0.{i + 5}") for i, n in enumerate(names[4:])],
-                                                   frozenset(), "2"))
+    # Only imports are still listed: each arriving service is complete (and those pending are compiled).
+    source._handle(states["ServiceImport"], ListedPage(imports[3:6], frozenset(), False))
+    assert sorted(compiled) == [("ns", "s3"), ("ns", "s4"), ("ns", "s5")] and not store.synced_all
+    # A change to an early one before the sync is compiled at once as well: it stays current.
+    source._handle(states["EndpointSlice"], Upserted(one_slice("s4", "10.1.9.9", "h9"), time.monotonic()))
+    assert compiled[-1] == ("ns", "s4")
+    compiled.clear()
+    source._handle(states["ServiceImport"], Listed(imports[6:], frozenset(), "2"))
     assert store.synced_all
-    assert sorted(compiled) == [("ns", "s0"), ("ns", "s1"), ("ns", "s4"), ("ns", "s5")]  # the sync: only the others
+    assert sorted(compiled) == [("ns", "s6"), ("ns", "s7")]  # the sync: only the others
     assert set(table.owned) == {("ns", n) for n in names}
-    assert [answer(resolver, n) for n in names] == [a(f"10.0.0.{i + 1}") for i in range(6)]
+    assert [answer(resolver, n) for n in names] == [a(f"10.0.0.{i + 1}") for i in range(8)]
     fresh = build_table(zones=(Z,), objects=[Namespace("ns"), *store.imports.values(), *store.slices.values()],
                         synced=True)  # the same objects compiled after the sync, in one go
     owned = {key: {k: table.answers[k] for k in keys} for key, keys in table.owned.items()}
