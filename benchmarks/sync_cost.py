@@ -16,6 +16,7 @@ machine hits all of them alike; the minimum and median of the rounds are printed
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import tempfile
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cpu", default="1", help="CPU the servers are pinned to, as in the suite ('' = any)")
     p.add_argument("--kubeconfig", type=Path, help="a test bed already loaded with --imports (see --hold)")
     p.add_argument("--loaded", type=int, help="with --kubeconfig: imports already there; the rest of --imports is created")
-    p.add_argument("--hold", action="store_true", help="start and load the test bed, then wait (Ctrl-C ends)")
+    p.add_argument("--hold", action="store_true", help="start and load the test bed, then wait (Ctrl-C or SIGTERM ends)")
     args = p.parse_args(argv)
     suite = Suite(Options(out=Path(tempfile.gettempdir())))
     if args.kubeconfig is not None:
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         log(f"loading {args.imports} imports")
         suite.load_api(Spec(imports=args.imports, headless=(10, 100, 1000)))
         if args.hold:
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a `kill PID` stops the test bed too
             print(f"kubeconfig: {suite.testbed.kubeconfig_path}", flush=True)
             while True:
                 time.sleep(3600)
