@@ -108,15 +108,26 @@ class App:
         """Load or start watching, wait for sync (bounded), then open the listeners.
 
         `dns=False`: no DNS listeners (the --workers supervisor, whose forked workers answer)."""
-        if isinstance(self.source, ManifestSource):
-            self.source.load()
-        self._spawn(self.source.run(self.stop_event), "source")
-        if self.forwarder is not None:
-            await self.forwarder.start(list(self.config.listen))
-        await self._wait_for_sync()
+        # The initial list or load allocates millions of objects that all live on, with no cycles
+        # among them: the cyclic collector, triggered by the allocations alone, would scan the
+        # growing store again and again for nothing (a third of the list's CPU at 10k imports).
+        # It is paused until the sync (or the startup timeout); the collection below follows.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            if isinstance(self.source, ManifestSource):
+                self.source.load()
+            self._spawn(self.source.run(self.stop_event), "source")
+            if self.forwarder is not None:
+                await self.forwarder.start(list(self.config.listen))
+            await self._wait_for_sync()
+        finally:
+            if collecting:
+                gc.enable()
         # The initial objects live as long as the process: move them out of the collector's sight, so
         # a full collection while serving scans only what changed since (a latency spike otherwise).
-        gc.collect()
+        # No collection first: it would scan every object of the sync (0.13 s at 10k imports, before
+        # the first answer) to free the few cycles the sync left (147 objects at 10k), which stay.
         gc.freeze()
         for host, port in self.config.listen if dns else ():
             await self.server.listen(host, port)
@@ -130,7 +141,7 @@ class App:
             if time.monotonic() >= next_log:
                 log.info("waiting for the initial list before starting the server")
                 next_log = time.monotonic() + 2
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)  # the sync time is what users wait for: noticed within 10 ms
         if not self.table.synced:
             log.warning("starting server with an unsynced source (NXDOMAIN answers are SERVFAIL until synced): %s", self.readiness()[1])
 

@@ -14,7 +14,11 @@ kube source arrive kind by kind (ServiceImports, then EndpointSlices would
 compile every service twice), so their changes are collected and every
 service is compiled once when the store reports the sync. Until then queries
 take the zone logic, which answers the same from the same objects. After the
-sync every change is compiled as it arrives.
+sync every change is compiled as it arrives. Except that a service which looks
+complete while the lists still run (`_compile_early`: its import and slices
+in, the list past it) is compiled then, in the time the lists wait for the API
+server's next page, and the sync compiles only the services not compiled since
+their last change: still once each when each service's objects come together.
 """
 
 from __future__ import annotations
@@ -129,6 +133,8 @@ class Table:
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
+        self._early: set[ServiceKey] = set()  # compiled before the sync, and current (see _compile_early)
+        self._pending: set[ServiceKey] = set()  # changed by the last page, compiled after the next
         self._compile_apex()
 
     # ----------------------------------------------------------------- ZoneView
@@ -192,6 +198,8 @@ class Table:
             if self.store.synced_all:
                 triggers, self._deferred = self._deferred, None
                 self._compile_everything(triggers)
+            else:
+                self._compile_early(changes)
             return
         if not (changes.services or changes.namespaces or self.config.local_cluster == "auto"):
             return  # a ClusterProperty nobody asked about (no --local-cluster auto): nothing to recompile
@@ -217,13 +225,43 @@ class Table:
             for kind, stamp in changes.stamps:
                 self.on_stamped(kind, stamp)
 
+    def _compile_early(self, changes: Changes) -> None:
+        """Before the sync: compile the services that look complete, in the time the lists wait for pages.
+
+        Lists come in key order (namespace, name), and a service's slices are named after it, so
+        once a later page arrived the services of the page before have all their slices: each page
+        compiles the services the previous one touched (with an import and a slice by now, and not
+        touched again since). Once every kind but ServiceImport is listed, a service is complete
+        when its import arrives and is compiled at once. A service compiled here and changed after
+        (a slice on a later page, a namespace change) is simply no longer current: it is compiled
+        again or left to the sync, which compiles every service not compiled here since its last
+        change. Not with --local-cluster auto (the order by locality may change at the sync), nor
+        before the Namespaces are listed (every service would look unexposed).
+        """
+        store = self.store
+        if self.config.local_cluster == "auto" or "Namespace" in store.required - store.synced:
+            return
+        self._early -= changes.services
+        if changes.namespaces:
+            self._early = {k for k in self._early if k[0] not in changes.namespaces}
+        if store.required - store.synced == {"ServiceImport"}:
+            ready, self._pending = self._pending | changes.services, set()
+        else:
+            ready, self._pending = self._pending - changes.services, set(changes.services)
+        for key in ready:
+            if key in store.imports and key in store.by_service and key[0] not in changes.namespaces:
+                self.compile(key)
+                self._early.add(key)
+
     @collector_paused
     def _compile_everything(self, triggers: dict[ServiceKey, str]) -> None:
-        """The initial sync: compile every service once (nothing was compiled before)."""
+        """The initial sync: compile every service once (but those compiled early and still current)."""
         started = time.monotonic()
         self.local = self._local_cluster()
-        for key in list(self.store.imports):
-            self.compile(key)
+        early, self._early, self._pending = self._early, set(), set()
+        for key in [*self.store.imports, *(k for k in self.owned if k not in self.store.imports)]:
+            if key not in early:
+                self.compile(key)
         if self.on_programmed is not None:
             for key, trigger in triggers.items():
                 imp = self.store.imports.get(key)

@@ -108,10 +108,20 @@ def test_a_list_cut_short_deletes_nothing() -> None:
     assert set(store.imports) == {("ns", "a"), ("ns", "b"), ("ns", "e")}
 
 
-def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def counting_compiles(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The services Table.compile is called for, in order."""
     compiled: list[tuple[str, str]] = []
     real = Table.compile
     monkeypatch.setattr(Table, "compile", lambda self, key: (compiled.append(key), real(self, key))[1])
+    return compiled
+
+
+def one_slice(service: str, ip: str, host: str) -> EndpointSlice:
+    return EndpointSlice("ns", f"{service}-east", service, "east", (Address(ip, False, host),), (Port(80, "http", "TCP"),))
+
+
+def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = counting_compiles(monkeypatch)
     source, store, table, resolver = pipeline()
     states = source.states
     names = [f"s{i}" for i in range(6)]
@@ -120,8 +130,7 @@ def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyP
                                                        frozenset(), True))
     source._handle(states["ServiceImport"], Listed([imp(n, f"10.0.0.{i + 4}") for i, n in enumerate(names[3:])],
                                                    frozenset(), "2"))
-    slices = [EndpointSlice("ns", f"{n}-east", n, "east", (Address(f"10.1.0.{i + 1}", False, f"h{i}"),),
-                            (Port(80, "http", "TCP"),)) for i, n in enumerate(names)]
+    slices = [one_slice(n, f"10.1.0.{i + 1}", f"h{i}") for i, n in enumerate(names)]
     source._handle(states["EndpointSlice"], ListedPage(slices[:4], frozenset(), True))
     assert compiled == [] and not table.owned  # not synced yet (EndpointSlices): nothing compiled...
     assert answer(resolver, "s0") == a("10.0.0.1")  # ...but positive answers come from the zone logic
@@ -133,6 +142,43 @@ def test_the_initial_lists_compile_each_service_once(monkeypatch: pytest.MonkeyP
     compiled.clear()
     source._handle(states["ServiceImport"], Upserted(imp("s0", "10.0.9.9"), time.monotonic()))
     assert compiled == [("ns", "s0")] and answer(resolver, "s0") == a("10.0.9.9")
+
+
+def test_services_are_compiled_while_the_lists_run_once_they_look_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page compiles the services the page before touched (the list is past them); once only imports
+    are still listed, an arriving service is complete and compiled at once; the sync compiles the rest.
+    Each service once, and the table is the one a compile after the sync makes."""
+    compiled = counting_compiles(monkeypatch)
+    source, store, table, resolver = pipeline()
+    states = source.states
+    names = [f"s{i}" for i in range(8)]
+    slices = [one_slice(n, f"10.1.0.{i + 1}", f"h{i}") for i, n in enumerate(names)]
+    imports = [imp(n, f"10.0.0.{i + 1}") for i, n in enumerate(names)]
+    source._handle(states["Namespace"], Listed([Namespace("ns")], frozenset(), "1"))
+    source._handle(states["ServiceImport"], ListedPage(imports[:3], frozenset(), True))
+    source._handle(states["EndpointSlice"], ListedPage(slices[:2], frozenset(), True))
+    assert compiled == []  # s0-s2 were touched by the page before, but had no slice then
+    source._handle(states["EndpointSlice"], ListedPage(slices[2:4], frozenset(), False))
+    assert sorted(compiled) == [("ns", "s0"), ("ns", "s1")]  # the page before's, now with import and slice
+    source._handle(states["EndpointSlice"], Listed(slices[4:], frozenset(), "3"))
+    assert sorted(compiled) == [("ns", "s0"), ("ns", "s1"), ("ns", "s2")]  # s3: no import yet
+    compiled.clear()
+    # Only imports are still listed: each arriving service is complete (and those pending are compiled).
+    source._handle(states["ServiceImport"], ListedPage(imports[3:6], frozenset(), False))
+    assert sorted(compiled) == [("ns", "s3"), ("ns", "s4"), ("ns", "s5")] and not store.synced_all
+    # A change to an early one before the sync is compiled at once as well: it stays current.
+    source._handle(states["EndpointSlice"], Upserted(one_slice("s4", "10.1.9.9", "h9"), time.monotonic()))
+    assert compiled[-1] == ("ns", "s4")
+    compiled.clear()
+    source._handle(states["ServiceImport"], Listed(imports[6:], frozenset(), "2"))
+    assert store.synced_all
+    assert sorted(compiled) == [("ns", "s6"), ("ns", "s7")]  # the sync: only the others
+    assert set(table.owned) == {("ns", n) for n in names}
+    assert [answer(resolver, n) for n in names] == [a(f"10.0.0.{i + 1}") for i in range(8)]
+    fresh = build_table(zones=(Z,), objects=[Namespace("ns"), *store.imports.values(), *store.slices.values()],
+                        synced=True)  # the same objects compiled after the sync, in one go
+    owned = {key: {k: table.answers[k] for k in keys} for key, keys in table.owned.items()}
+    assert owned == {key: {k: fresh.answers[k] for k in keys} for key, keys in fresh.owned.items()}
 
 
 # --------------------------------------------------------------------------- on the test bed

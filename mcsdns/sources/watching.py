@@ -7,7 +7,7 @@
 Each runs on a worker thread and yields plain events (below); the source hands
 them to the event loop, which alone touches the store. Raw JSON is converted to
 the small records of objects.py here, item by item, so a relist never holds
-more than one page of raw objects. The resourceVersion advances on every event,
+more than a few pages of raw objects (the next is read while one is converted). The resourceVersion advances on every event,
 bookmarks included, so a reconnect resumes where the last stream stopped.
 
 A stream is asked to end at its timeoutSeconds, which never runs past the next
@@ -43,6 +43,7 @@ from ..objects import (
     to_service_import,
 )
 from . import decode
+from .ahead import ahead
 from .kubeapi import (
     JSON,
     LIST_TIMEOUT,
@@ -385,13 +386,11 @@ class Watcher:
 
         Each page is handed over as soon as it is read and its raw JSON dropped, so a relist of
         50k objects never sits in memory whole beside the store (the source applies pages as
-        they come and sweeps at the Listed). A list of one page is one Listed.
+        they come and sweeps at the Listed). A list of one page is one Listed. The next page
+        is requested while this one is converted (`ahead`): the round trips overlap the work.
         """
         first = True
-        token: str | None = None
-        while True:
-            query = {"limit": PAGE_SIZE, "labelSelector": self.resource.label_selector, "continue": token}
-            page = self.get(path, query, self.resource.list_accept, decode.page)
+        for page in ahead(self.pages(path), self.stop, f"list-{self.resource.plural}"):
             objects: list[Object] = []
             keep: set[Key] = set()
             for raw in page.get("items") or []:
@@ -402,19 +401,31 @@ class Watcher:
                 elif obj is not None:
                     objects.append(obj)
             meta = page.get("metadata") or {}
-            del page  # the raw JSON of this page: not kept while the next one is read
-            token = meta.get("continue") or None
-            if token is None:
-                break
+            del page  # the raw JSON of this page: not kept while the next ones are read
+            if not meta.get("continue"):
+                self.resource_version = str(meta.get("resourceVersion") or "")
+                self.listed_at = time.monotonic()
+                self.list_timeout = LIST_TIMEOUT
+                yield Listed(objects, frozenset(keep), self.resource_version)
+                return
             yield ListedPage(objects, frozenset(keep), first)
             first = False
             del objects
             if self.stop.is_set():
                 return
-        self.resource_version = str(meta.get("resourceVersion") or "")
-        self.listed_at = time.monotonic()
-        self.list_timeout = LIST_TIMEOUT
-        yield Listed(objects, frozenset(keep), self.resource_version)
+        # Ended before its last page: stopping (a list cut short never sweeps).
+
+    def pages(self, path: str) -> Iterator[dict]:
+        """The decoded pages of one list, each requested with the previous one's continue token."""
+        token: str | None = None
+        while True:
+            query = {"limit": PAGE_SIZE, "labelSelector": self.resource.label_selector, "continue": token}
+            page = self.get(path, query, self.resource.list_accept, decode.page)
+            token = (page.get("metadata") or {}).get("continue") or None
+            yield page
+            del page  # not held while the next page is read
+            if token is None:
+                return
 
     def get(self, path: str, query: dict[str, Any] | None = None, accept: str = JSON,
             parse: Callable[[bytes], Any] = decode.loads) -> dict:
