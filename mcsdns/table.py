@@ -284,15 +284,32 @@ class Table:
         self._soa.clear()
         self._compile_apex()
 
-    @collector_paused
-    def compile(self, key: ServiceKey) -> None:
-        """Swap in one service's compiled answers (or remove them)."""
-        old = self.owned.pop(key, [])
-        for k in old:
+    def _withdraw(self, key: ServiceKey) -> list[tuple[bytes, int]]:
+        """Remove one service's answers and its `children` entries; returns its `children` entries."""
+        for k in self.owned.pop(key, []):
             self.answers.pop(k, None)
         parents = self._service_names(key)
         for parent, _ in parents:
             self.children.pop(parent, None)
+        return parents
+
+    def install(self, key: ServiceKey, svc: Service | None, answers: list[tuple[bytes, Body]]) -> None:
+        """`compile` with the answers another table rendered for `svc` (--workers: the supervisor's, see
+        `updates`): the same bookkeeping (`owned`, `children`, PTR records), no rendering."""
+        parents = self._withdraw(key)
+        if self.reverse_zones:
+            self._compile_pointers(key, svc)
+        if svc is None:
+            return
+        for k, body in answers:
+            self.answers[k] = body
+        self.owned[key] = [k for k, _ in answers]
+        self.children.update(parents)
+
+    @collector_paused
+    def compile(self, key: ServiceKey) -> None:
+        """Swap in one service's compiled answers (or remove them)."""
+        parents = self._withdraw(key)
         svc = self.service(*key)
         if svc is None or not self.namespace_exposed(key[0]):
             if self.reverse_zones:

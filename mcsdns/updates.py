@@ -99,13 +99,5 @@ def install(table: Table, key: ServiceKey, answers: list[tuple[bytes, Body]] | N
         svc = None
     if (svc is None) != (answers is None):
         Table.compile(table, key)
-        return
-    for k in table.owned.pop(key, []):
-        table.answers.pop(k, None)
-    if table.reverse_zones:  # --reverse-cidr: the PTR index and answers, as compile keeps them
-        table._compile_pointers(key, svc)
-    if answers is None:
-        return
-    for k, body in answers:
-        table.answers[k] = body
-    table.owned[key] = [k for k, _ in answers]
+    else:
+        table.install(key, svc, answers or [])

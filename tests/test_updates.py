@@ -79,6 +79,7 @@ def questions(table: Table) -> list[bytes]:
     for key in list(names):  # a per-endpoint name and a missing one next to each service name
         names.add(b"\x05pod-0\x04east" + key)
         names.add(b"\x07missing" + key)
+        names.add(key[:-4] + b"\x00\x10\x00\x01")  # TXT: a type no service compiles (NODATA, not NXDOMAIN)
     return [b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + key for key in sorted(names)]
 
 
@@ -87,6 +88,7 @@ def assert_same(pair: Pair) -> None:
     assert worker.answers == sup.answers
     assert {k: sorted(v) for k, v in worker.owned.items()} == {k: sorted(v) for k, v in sup.owned.items()}
     assert worker.serial == sup.serial
+    assert worker.children == sup.children  # the index the resolver answers missing names from
     packets = questions(sup)
     assert [Resolver(worker).handle(p) for p in packets] == [Resolver(sup).handle(p) for p in packets]
 
