@@ -280,10 +280,12 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         help="processes answering DNS on the same --listen ports (SO_REUSEPORT). One supervisor process "
         "watches (one watch per pod), compiles and serves the one --http-listen port (/ready: every worker "
         "serving; /metrics: query metrics labelled `worker`); it forks the workers after the initial sync "
-        "(sharing the table copy-on-write), sends them every change, and restarts a worker that dies",
+        "(sharing the table copy-on-write), sends them every change with the answers it compiled for it, and "
+        "restarts a worker that dies",
         doc="N DNS processes sharing the DNS ports (`SO_REUSEPORT`) and one table: one supervisor watches, compiles "
         "and serves the admin port (`/ready` when every worker serves; query metrics labelled `worker`), forks "
-        "the workers after the initial sync and sends them every change; a worker that dies is restarted", shown_default="`1`"),
+        "the workers after the initial sync and sends them every change with the answers it compiled (compiled once, "
+        "not once per worker); a worker that dies is restarted", shown_default="`1`"),
 )  # fmt: skip
 
 

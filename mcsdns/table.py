@@ -96,6 +96,10 @@ class TableConfig:
     reverse_cidrs: tuple[str, ...] = ()  # --reverse-cidr: serve the reverse zones covering these
 
 
+# A service's compiled answers, (lookup key, body) each, as another table rendered them; None: it has none.
+Compiled = dict[ServiceKey, "list[tuple[bytes, Body]] | None"]
+
+
 class Table:
     def __init__(self, config: TableConfig, store: Store) -> None:
         self.config = config
@@ -189,8 +193,12 @@ class Table:
 
     # ----------------------------------------------------------------- compiling
 
-    def on_change(self, changes: Changes) -> None:
-        """Store listener: recompile what changed and bump the serial (after the initial sync)."""
+    def on_change(self, changes: Changes, compiled: Compiled | None = None) -> None:
+        """Store listener: recompile what changed and bump the serial (after the initial sync).
+
+        `compiled`: answers another table already rendered for some of these services (a --workers
+        worker gets its supervisor's, see `updates`); those are put in place (`install`), not rendered.
+        """
         if self._deferred is not None:
             for key, trigger in changes.triggers.items():
                 if trigger is not None:
@@ -214,7 +222,10 @@ class Table:
             services.update(self.store.imports)
             services.update(self.owned)
         for key in services:
-            self.compile(key)
+            if compiled and key in compiled:
+                self.install(key, compiled[key])
+            else:
+                self.compile(key)
             if self.on_programmed is not None:
                 imp = self.store.imports.get(key)
                 self.on_programmed(key, changes.triggers.get(key), bool(imp and imp.headless))
@@ -293,13 +304,23 @@ class Table:
             self.children.pop(parent, None)
         return parents
 
-    def install(self, key: ServiceKey, svc: Service | None, answers: list[tuple[bytes, Body]]) -> None:
-        """`compile` with the answers another table rendered for `svc` (--workers: the supervisor's, see
-        `updates`): the same bookkeeping (`owned`, `children`, PTR records), no rendering."""
+    def install(self, key: ServiceKey, answers: list[tuple[bytes, Body]] | None) -> None:
+        """`compile` with the answers another table rendered (None: it has none): the same bookkeeping
+        (`owned`, `children`, PTR records), no rendering.
+
+        Should this table's store disagree with the other's about whether the service is served
+        (a worker takes its supervisor's state, so it cannot), it compiles instead: never a stale answer.
+        """
+        svc = self.service(*key)
+        if svc is not None and not self.namespace_exposed(key[0]):
+            svc = None
+        if (svc is None) != (answers is None):
+            self.compile(key)
+            return
         parents = self._withdraw(key)
         if self.reverse_zones:
             self._compile_pointers(key, svc)
-        if svc is None:
+        if svc is None or answers is None:
             return
         for k, body in answers:
             self.answers[k] = body

@@ -17,14 +17,8 @@ Pure: no I/O. The supervisor frames and sends the dict `update_of` returns.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
-
-from .store import Changes, ServiceKey
-from .table import Table
-from .wire import Body
-
-Compiled = dict[ServiceKey, "list[tuple[bytes, Body]] | None"]  # None: the service has no answers (gone, hidden)
+from .store import Changes
+from .table import Compiled, Table
 
 
 def update_of(table: Table, changes: Changes, serial_before: int) -> dict:
@@ -61,43 +55,6 @@ def apply_update(table: Table, update: dict) -> None:
     changes = table.store.take_state(update)
     before, after = update["serial"]
     table.serial = before
-    with _installing(table, update.get("compiled") or {}):
-        table.on_change(changes)
+    table.on_change(changes, update.get("compiled"))
     if table.serial != after:  # the same SOA serial in every worker's replies
         table.set_serial(after)
-
-
-@contextmanager
-def _installing(table: Table, compiled: Compiled) -> Iterator[None]:
-    """While it lasts, `table.compile(key)` installs `compiled[key]` when the update carries it (and
-    compiles otherwise). An attribute of this one table for one `on_change`, so which services are
-    recompiled stays decided in one place, `Table.on_change`."""
-    if not compiled:
-        yield
-        return
-
-    def compile_or_install(key: ServiceKey) -> None:
-        if key not in compiled:
-            Table.compile(table, key)
-        else:
-            install(table, key, compiled[key])
-
-    table.compile = compile_or_install  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del table.compile
-
-
-def install(table: Table, key: ServiceKey, answers: list[tuple[bytes, Body]] | None) -> None:
-    """`Table.compile(key)` with the answers given instead of rendered (`None`: the service has none).
-
-    Should this copy's store disagree with the supervisor's about whether the service is served
-    (it cannot, having taken the same state), it compiles instead: never a stale answer."""
-    svc = table.service(*key)
-    if svc is not None and not table.namespace_exposed(key[0]):
-        svc = None
-    if (svc is None) != (answers is None):
-        Table.compile(table, key)
-    else:
-        table.install(key, svc, answers or [])
