@@ -194,13 +194,53 @@ def fair(results: dict) -> bool:
     return RANDOM_SUBDOMAIN in t and any(l.startswith("coredns-cache") for d in t.values() for l in d)
 
 
+def _run_text(run: dict) -> str:
+    return f"{run.get('date', '?')}, commit {run.get('commit', '?')}, `{run.get('command', '?')}`"
+
+
+def throughput_runs(results: dict) -> list[tuple[dict, list[str]]]:
+    """The runs that measured the throughput cells (--merge keeps cells of earlier runs, each with
+    its `run`), oldest last, each with the servers it measured."""
+    env = results.get("environment", {})
+    here = {k: env.get(k) for k in ("date", "commit", "command")}
+    runs: dict[tuple, tuple[dict, list[str]]] = {}
+    for cells in results.get("throughput", {}).values():
+        for label, d in cells.items():
+            if not isinstance(d, dict):
+                continue
+            run = d.get("run") or here
+            entry = runs.setdefault((run.get("date"), run.get("commit")), (run, []))
+            if label not in entry[1]:
+                entry[1].append(label)
+    return sorted(runs.values(), key=lambda e: str(e[0].get("date")), reverse=True)
+
+
+def provenance(results: dict) -> list[str]:
+    """results.md's lines saying which run measured what, when the results merge several runs."""
+    env = results.get("environment", {})
+    lines = []
+    runs = throughput_runs(results)
+    if len(runs) > 1 or (runs and runs[0][0].get("date") != env.get("date")):
+        for run, labels in runs:
+            lines.append(f"- Throughput of {', '.join(name(l) for l in labels)}: the run of {_run_text(run)}")
+    earlier = sorted({step["run"].get("date") for step in results.get("scale", []) if step.get("run")})
+    for step in results.get("scale", []):
+        if step.get("run") and step["run"].get("date") in earlier:
+            sizes = [f"{s['imports']:,}" for s in results["scale"] if (s.get("run") or {}).get("date") == step["run"]["date"]]
+            lines.append(f"- Scale at {', '.join(sizes)} imports: the run of {_run_text(step['run'])}")
+            earlier.remove(step["run"]["date"])
+    merged = env.get("merged") or {}
+    for section, run in (merged.get("origins") or {}).items():
+        if section != "throughput":  # (its cells name their runs, above)
+            lines.append(f"- {section.capitalize()}: the run of {_run_text(run)}")
+    return lines
+
+
 def readme_block(results: dict) -> str:
     """The README's benchmark summary, generated from results.json (so both say the same)."""
-    env = results.get("environment", {})
-    # The throughput cells may come from an earlier run merged in (--merge): cite the run that measured them.
-    src = next((d.get("run") for mix in results.get("throughput", {}).values() for d in mix.values()
-                if isinstance(d, dict) and d.get("run")), None) or env
-    run = f"{src.get('date', '?')}, commit {src.get('commit', '?')}, `{src.get('command', '?')}`"
+    # The throughput cells may come from several runs merged (--merge): cite each with what it measured.
+    runs = throughput_runs(results)
+    run = "; ".join(f"{', '.join(name(l) for l in labels)}: {_run_text(r)}" for r, labels in runs) or "?"
     lines = [README_BEGIN, ""]
     if not fair(results):
         lines += [f"**To be re-measured with the fair suite.** The stored run ({run}) predates it: it measured "
@@ -395,8 +435,7 @@ def markdown(results: dict) -> str:
         *(["- **This run predates the fair suite** (no off-cache mixes, CoreDNS without `cache` only, Knot "
            "with one worker per CPU and the system socket buffer, no answer checker): its ratios are not the fair "
            "comparison"] if results.get("throughput") and not fair(results) else []),
-        *([f"- Sections {', '.join(env['merged']['sections'])} are from the run of {env['merged']['from']} "
-           f"(`{env['merged']['command']}`)"] if env.get("merged", {}).get("sections") else []),
+        *provenance(results),
         f"- Machine: {env.get('cpus', '?')} CPUs ({env.get('cpu_model', '?')}); load average {env.get('loadavg_at_start', '?')} at start, "
         f"{env.get('loadavg_at_end', '?')} at end",
         f"- Pinning: each server on CPU {env.get('server_cpu')}, dnsperf on CPU {env.get('load_cpu')} (taskset), "

@@ -604,11 +604,21 @@ def merge(old: dict[str, Any], new: dict[str, Any], skipped: dict[str, bool]) ->
     it keeps under `replaced`; a size not measured now is kept, marked with the run that measured it.
     """
     merged = []
+    old_env = old.get("environment", {})
+    old_run = {k: old_env.get(k) for k in ("date", "command", "commit")}
+    # Where each section of `old` was measured: a section `old` itself took from an earlier run names that run.
+    earlier = dict((old_env.get("merged") or {}).get("origins") or {})
+    origins: dict[str, dict] = {}
     for section in ("throughput", "scale", "propagation"):
         if skipped.get(section) and old.get(section):
             new[section] = old[section]
             merged.append(section)
-    old_run = {k: old.get("environment", {}).get(k) for k in ("date", "command", "commit")}
+            origins[section] = earlier.get(section, old_run)
+    if "throughput" in merged:
+        for cells in new["throughput"].values():
+            for cell in cells.values():
+                if isinstance(cell, dict):
+                    cell.setdefault("run", origins["throughput"])
     if "scale" not in merged and old.get("scale") and new.get("scale"):
         steps = {step["imports"]: step for step in new["scale"]}
         kept_sizes = []
@@ -641,7 +651,8 @@ def merge(old: dict[str, Any], new: dict[str, Any], skipped: dict[str, bool]) ->
             new.setdefault("servers", {}).setdefault(label, info)
         if kept:
             merged.append(f"throughput ({kept} cells)")
-    new["environment"]["merged"] = {"from": old_run["date"], "sections": merged, "command": old_run["command"]}
+    new["environment"]["merged"] = {"from": old_run["date"], "sections": merged, "command": old_run["command"],
+                                    "origins": origins}
     return new
 
 
