@@ -224,3 +224,19 @@ def test_a_remeasured_scale_step_replaces_only_its_size() -> None:
     assert step["replaced"][0]["mcsdns-api"]["sync_seconds"] == 1.2
     assert merged["scale"][2]["run"]["date"] == "d" and merged["scale"][2]["mcsdns-api"]["sync_seconds"] == 8.5
     assert "scale (1,000, 50,000, 200,000 imports)" in merged["environment"]["merged"]["sections"]
+
+
+def test_a_section_kept_through_two_merges_names_the_run_that_measured_it() -> None:
+    first = _scale_results()
+    first["propagation"] = {"p99_ms": 10.0}
+    second = {"environment": {"date": "second", "command": "scale only", "commit": "c2"}, "servers": {},
+              "scale": copy.deepcopy(first["scale"])}
+    merged = suite.merge(copy.deepcopy(first), second, {"throughput": True, "propagation": True})
+    third = {"environment": {"date": "third", "command": "throughput only", "commit": "c3"}, "servers": {},
+             "throughput": {"clusterset_a": {"mcsdns": _cell(90_000, 1.1, 0.001)}}}
+    final = suite.merge(copy.deepcopy(merged), third, {"scale": True, "propagation": True})
+    origins = final["environment"]["merged"]["origins"]
+    assert origins["propagation"]["date"] == "d" and origins["scale"]["date"] == "second"
+    lines = report.provenance(final)
+    assert any(line.startswith("- Propagation: the run of d, commit c") for line in lines)
+    assert any(line.startswith("- Scale: the run of second, commit c2") for line in lines)
