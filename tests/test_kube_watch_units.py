@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.parse
 from collections import defaultdict
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -50,6 +51,14 @@ def si(name: str, ips: list[str], rv: str = "1", namespace: str = "ns") -> dict:
             "spec": {"type": "ClusterSetIP", "ips": ips, "ports": [{"port": 80, "protocol": "TCP"}]}}
 
 
+class FakeSocket:
+    def __init__(self) -> None:
+        self.timeout: float | None = None
+
+    def settimeout(self, seconds: float) -> None:
+        self.timeout = seconds
+
+
 class FakeResponse:
     """A watch body: the events as NDJSON, split at awkward places like real chunks."""
 
@@ -57,6 +66,7 @@ class FakeResponse:
         body = b"".join(json.dumps(e).encode() + b"\n" for e in events)
         self.chunks = [body[i:i + 7] for i in range(0, len(body), 7)]
         self.closed = False
+        self.connection = SimpleNamespace(sock=FakeSocket())  # urllib3's: the streamed list sets its read timeout
 
     def stream(self, amt: Any = None, decode_content: bool = True):
         yield from self.chunks
@@ -592,3 +602,15 @@ def test_after_its_end_a_streamed_list_is_held_to_the_watch_rules() -> None:
         assert [o.name for o in events[0].objects] == ["ns2", "ns3", "ns4"] and events[0].resource_version == "7"
         assert watcher.list_timeout == watching.LIST_TIMEOUT and watcher.watch_list
         assert "timeoutSeconds=1&" in api.requests[0] or api.requests[0].endswith("timeoutSeconds=1")
+
+
+def test_a_streamed_list_whose_headers_never_come_is_given_up_after_the_list_timeout() -> None:
+    """A page's limit, not the watch's: a stalled request heals in LIST_TIMEOUT whichever way the list is read."""
+    with StallingApi(stall_headers=True) as api:
+        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, watch_list=True)
+        watcher.list_timeout = 0.5
+        started = time.monotonic()
+        with pytest.raises(kubeapi.TimedOut, match="streamed list stalled: timed out after 0.5s"):
+            list(watcher.stream_list(NS.path("v1")))
+        assert 0.45 <= time.monotonic() - started < 1.5
+        assert watcher.list_timeout == 1.0 and watcher.watch_list

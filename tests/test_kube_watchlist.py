@@ -202,7 +202,10 @@ def test_the_sync_makes_no_list_request(testbed: Testbed, fresh_namespace: str, 
         assert server.answer(fqdn("svc-4", ns)) == a("10.61.0.5")
         assert server.answer(fqdn("web", ns)) == a("10.62.0.1", "10.62.0.2", "10.62.0.3")
         assert {r: server.metric("mcsdns_relists_total", resource=r) for r in LISTED} == {r: 1.0 for r in LISTED}
-        assert lists_served(testbed) == before, "mcsdns listed in pages although the API server streams lists"
+        # Namespaces left out: the API server's own informers may list them (after another test's compaction).
+        after = lists_served(testbed)
+        for resource in ("serviceimports", "endpointslices"):
+            assert after[resource] == before[resource], f"{resource} listed although the API server streams lists"
         testbed.create(service_import(ns, "late", ["10.61.3.1"]))  # the stream that listed goes on as the watch
         server.wait_answer(fqdn("late", ns), "A", a("10.61.3.1"))
         assert "listing in pages" not in server.log()

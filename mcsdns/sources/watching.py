@@ -81,6 +81,7 @@ from .kubeapi import (
     Unreachable,
     error_for,
     interrupt,
+    set_read_timeout,
     stream_lines,
 )
 
@@ -594,7 +595,17 @@ class Watcher:
         limit = timeout + self.stream_slack
         self.conn.drop_idle()  # the stream starts on a new connection, not on one that may have stalled idle
         opened = time.monotonic()
-        resp = self.conn.open(path, query, self.resource.watch_accept, limit)
+        if listing:  # its headers are waited for as long as a list page's, then it reads on as a watch
+            try:
+                resp = self.conn.open(path, query, self.resource.watch_accept, self.list_timeout)
+            except TimedOut as exc:
+                self.conn.drop_idle()
+                raise self.list_stalled() from exc
+            if not set_read_timeout(resp, limit):  # no socket to reach: its reads would stay this short
+                resp.close()
+                raise NotStreamed("the streamed list's connection has no socket to set the watch's read timeout on")
+        else:
+            resp = self.conn.open(path, query, self.resource.watch_accept, limit)
         # Counted from the headers: the server started its timeoutSeconds before it sent them.
         watchdog = Watchdog(limit, self.stream_slack, resp, self.list_timeout if listing else None)
         self._response = resp
