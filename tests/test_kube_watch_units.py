@@ -232,6 +232,21 @@ def test_an_api_server_that_does_not_stream_lists_is_listed_in_pages_from_then_o
     assert sent == [("WATCH", "true"), ("GET", None), ("GET", None)], "a refused streamed list was tried again"
 
 
+def test_a_streamed_list_forbidden_is_tried_as_pages_that_time() -> None:
+    """RBAC may grant list without watch: the paginated list then works as it did before streamed lists
+    (and the watch after it is the one that fails), or fails with the reason for the list."""
+    conn = FakeConn()
+    path = NS.path("v1")
+    forbidden = kubeapi.error_for(403, {"message": 'namespaces is forbidden: User "bob" cannot watch resource'})
+    conn.watches = [forbidden, forbidden]
+    conn.gets[path] += [{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "ns1"}}]}]
+    watcher = Watcher(conn, NS, threading.Event(), watch_list=True)
+    events = take(watcher.forever(), 2)
+    assert isinstance(events[0], Listed) and isinstance(events[1], Problem) and events[1].category == "forbidden"
+    assert watcher.watch_list, "a 403 is no refusal of streamed lists"
+    assert [verb for verb, p, q in conn.log if p == path] == ["WATCH", "GET", "WATCH"]
+
+
 def test_a_streamed_list_ended_before_its_end_is_listed_in_pages_that_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The server ended the stream early (its timeoutSeconds, a shutdown): pages this time, a stream next time;
     after STREAM_LIST_CUTS such ends in a row, pages from then on."""

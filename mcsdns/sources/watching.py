@@ -445,8 +445,9 @@ class Watcher:
         Its timeoutSeconds runs to the resync after the list, the list taking as long as the
         last one did. True once the list is complete, when the stream ends or breaks (the
         watch goes on from its resourceVersion). Before the end marker, what a failed list
-        raises is raised, but for a refusal (`watch_list` off from then on) and for an end
-        before the marker (pages this time; after STREAM_LIST_CUTS in a row, from then on).
+        raises is raised, but for a refusal (`watch_list` off from then on), a 403 (pages this
+        time: the list may be allowed where the watch is not) and an end before the marker
+        (pages this time; after STREAM_LIST_CUTS in a row, from then on).
         """
         started = time.monotonic()
         resync_at = started + self.list_took + self.resync if self.resync > 0 else None
@@ -458,6 +459,8 @@ class Watcher:
                 raise  # the list failed, as a failed page does
             yield from self.stream_failed(exc)
         except ApiError as exc:
+            if self._initial is not None and isinstance(exc, Forbidden):
+                return False  # RBAC may grant the list without the watch: the paginated list says (as before)
             if self._initial is None or not refuses_streaming(exc):
                 raise
             self.watch_list = False
