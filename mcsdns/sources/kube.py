@@ -266,7 +266,9 @@ class KubeSource:
     def _listed(self, state: ResourceState, event: Listed) -> None:
         """The end of a list (its last page, or the whole of a list of one page): the sweep."""
         kind = state.resource.kind
-        relist = state.relist if state.relist is not None and not event.whole else Relist(self.store, kind, grace=self.grace)
+        relist = state.relist
+        if relist is None or event.whole:  # a list of one page: its own list, whatever one was cut short before
+            relist = Relist(self.store, kind, grace=self.grace)
         state.relist = None
         self._omitted(state, event.objects)
         relist.finish(event.objects, event.keep)
