@@ -136,7 +136,8 @@ def test_a_streamed_list_fills_the_store_as_the_paginated_list_does(
         conn = RecordingConnection(configuration)
         by_pages = Watcher(conn, resource, stop)
         read_list(by_pages, paged)
-        assert [verb for verb, path, _ in conn.sent if path.endswith(f"/{resource.plural}")][:2] == ["get", "get"]
+        verbs = [verb for verb, path, _ in conn.sent if path.endswith(f"/{resource.plural}")]
+        assert verbs and set(verbs) == {"get"}, f"{resource.kind}: {verbs}"
 
     assert streamed_store.imports == paged_store.imports
     assert streamed_store.slices == paged_store.slices
