@@ -115,6 +115,9 @@ def answers(port: int, name: str, rdtype: str = "A", timeout: float = 0.5) -> se
     return {rd.to_text() for rrset in reply.answer for rd in rrset}
 
 
+PROBE_WAIT = 0.02  # seconds a start-up probe waits for its answer (see Server.start)
+
+
 class Server:
     """One server process; subclasses say how to start it."""
 
@@ -152,7 +155,10 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.label} exited with {self.proc.returncode}:\n{self.tail()}")
-            if answers(self.port, probe, timeout=0.2):
+            # A short wait per probe: a server that binds its port only once synced (mcsdns) leaves each
+            # probe before that unanswered, so the wait is the resolution of the time measured (with 0.2 s,
+            # every mcsdns sync time was rounded up to a step of ~0.22 s). An answer takes well under 20 ms.
+            if answers(self.port, probe, timeout=PROBE_WAIT):
                 self.ready_after = time.monotonic() - self.started_at
                 self.repinned = self.repin()
                 return self.ready_after

@@ -108,6 +108,19 @@ def test_a_list_cut_short_deletes_nothing() -> None:
     assert set(store.imports) == {("ns", "a"), ("ns", "b"), ("ns", "e")}
 
 
+def test_a_whole_list_after_a_streamed_list_ended_early_sweeps_by_itself() -> None:
+    """A streamed list the server ended before its end marker leaves a started list behind (no Problem
+    follows: the list is simply read again in pages); a list of one page then is the whole kind."""
+    source, store, _, resolver = pipeline()
+    sync(source, [[imp("a", "10.0.0.1"), imp("b", "10.0.0.2")], [imp("c", "10.0.0.3")]])
+    state = source.states["ServiceImport"]
+    source._handle(state, ListedPage([imp("a", "10.0.1.1"), imp("b", "10.0.0.2")], frozenset(), True))  # then cut
+    source._handle(state, Listed([imp("a", "10.0.1.1"), imp("c", "10.0.0.3")], frozenset(), "8", whole=True))
+    assert set(store.imports) == {("ns", "a"), ("ns", "c")}, "the page of the list ended early kept `b` alive"
+    assert answer(resolver, "b") == NXDOMAIN and answer(resolver, "a") == a("10.0.1.1")
+    assert state.relist is None
+
+
 def counting_compiles(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """The services Table.compile is called for, in order."""
     compiled: list[tuple[str, str]] = []

@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.parse
 from collections import defaultdict
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.watching import (
     Backoff,
     Bookmark,
+    Deleted,
     Expired,
     Listed,
     ListedPage,
@@ -49,6 +51,14 @@ def si(name: str, ips: list[str], rv: str = "1", namespace: str = "ns") -> dict:
             "spec": {"type": "ClusterSetIP", "ips": ips, "ports": [{"port": 80, "protocol": "TCP"}]}}
 
 
+class FakeSocket:
+    def __init__(self) -> None:
+        self.timeout: float | None = None
+
+    def settimeout(self, seconds: float) -> None:
+        self.timeout = seconds
+
+
 class FakeResponse:
     """A watch body: the events as NDJSON, split at awkward places like real chunks."""
 
@@ -56,6 +66,7 @@ class FakeResponse:
         body = b"".join(json.dumps(e).encode() + b"\n" for e in events)
         self.chunks = [body[i:i + 7] for i in range(0, len(body), 7)]
         self.closed = False
+        self.connection = SimpleNamespace(sock=FakeSocket())  # urllib3's: the streamed list sets its read timeout
 
     def stream(self, amt: Any = None, decode_content: bool = True):
         yield from self.chunks
@@ -153,6 +164,106 @@ def test_bookmarks_advance_the_resource_version_and_410_relists() -> None:
     assert watches[0]["allowWatchBookmarks"] == "true"
     assert watches[0]["labelSelector"] == "multicluster.kubernetes.io/service-name,team=dns"
     assert events[-1].resource_version == "50"
+
+
+# --------------------------------------------------------------------------- streamed lists (KEP-3157)
+
+END = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "20",
+                                                    "annotations": {watching.INITIAL_EVENTS_END: "true"}}}}
+
+
+def added(name: str, rv: str = "1") -> dict:
+    return {"type": "ADDED", "object": si(name, ["10.0.0.1"], rv)}
+
+
+def test_a_streamed_list_is_handed_over_in_pages_and_its_stream_goes_on_as_the_watch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watching, "PAGE_SIZE", 2)
+    conn = FakeConn()
+    discovery(conn, "v1beta1")
+    changed = {"type": "MODIFIED", "object": si("a", ["10.0.0.9"], "21")}
+    gone = {"type": "DELETED", "object": si("c", ["10.0.0.1"], "22")}
+    conn.watches = [[added("a"), added("b.x"), added("c"), added("d"), END, changed, gone]]
+    watcher = Watcher(conn, SI, threading.Event(), watch_list=True)
+    events = take(watcher.list_then_watch(), 8)
+    assert [type(e) for e in events] == [UsingVersion, Rejected, ListedPage, Listed, Watching, Upserted, Deleted, Problem]
+    page, listed = events[2], events[3]
+    assert [o.name for o in page.objects] == ["a", "c"] and page.keep == {("ns", "b.x")} and page.first
+    assert [o.name for o in listed.objects] == ["d"] and listed.resource_version == "20" and not listed.whole
+    assert events[4] == Watching("20") and events[5].obj.ips == ("10.0.0.9",) and events[6].key == ("ns", "c")
+    assert watcher.resource_version == "22" and watcher.watch_list
+    path = f"/apis/{MCS}/v1beta1/serviceimports"
+    sent = [(verb, q) for verb, p, q in conn.log if p == path]
+    assert sent[0] == ("WATCH", sent[0][1]) and not [v for v, _ in sent if v == "GET"], "a list request was sent"
+    assert sent[0][1]["sendInitialEvents"] == "true" and sent[0][1]["resourceVersionMatch"] == "NotOlderThan"
+    assert sent[0][1]["resourceVersion"] == "" and sent[0][1]["allowWatchBookmarks"] == "true"
+    assert sent[1][1]["resourceVersion"] == "22" and "sendInitialEvents" not in sent[1][1]  # the next stream resumes
+
+
+def test_a_streamed_list_of_one_page_is_whole() -> None:
+    conn = FakeConn()
+    conn.watches = [[{"type": "ADDED", "object": {"metadata": {"name": "ns1", "resourceVersion": "3"}}}, END]]
+    watcher = Watcher(conn, NS, threading.Event(), watch_list=True)
+    listed = take(watcher.list_then_watch(), 1)[0]
+    assert isinstance(listed, Listed) and listed.whole and [o.name for o in listed.objects] == ["ns1"]
+
+
+@pytest.mark.parametrize("answer", [
+    kubeapi.error_for(422, {"message": "sendInitialEvents is forbidden for watch unless the WatchList feature gate "
+                                       "is enabled", "code": 422}),
+    kubeapi.error_for(400, {"message": "unknown parameter", "code": 400}),
+    [added("a"), {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}],  # ignored: a plain watch
+    [added("a"), {"type": "MODIFIED", "object": si("a", ["10.0.0.2"], "9")}],
+], ids=["422", "400", "bookmark-before-the-end", "change-before-the-end"])
+def test_an_api_server_that_does_not_stream_lists_is_listed_in_pages_from_then_on(answer: Any) -> None:
+    conn = FakeConn()
+    discovery(conn, "v1beta1")
+    discovery(conn, "v1beta1")
+    path = f"/apis/{MCS}/v1beta1/serviceimports"
+    conn.gets[path] += [{"metadata": {"resourceVersion": "10"}, "items": [si("a", ["10.0.0.1"])]}] * 2
+    conn.watches = [answer]
+    watcher = Watcher(conn, SI, threading.Event(), watch_list=True)
+    events = take(watcher.list_then_watch(), 2)
+    assert [type(e) for e in events] == [UsingVersion, Listed] and events[1].resource_version == "10"
+    assert [o.name for o in events[1].objects] == ["a"] and events[1].whole
+    assert not watcher.watch_list
+    assert isinstance(take(watcher.list_then_watch(), 2)[1], Listed)
+    sent = [(verb, q.get("sendInitialEvents")) for verb, p, q in conn.log if p == path]
+    assert sent == [("WATCH", "true"), ("GET", None), ("GET", None)], "a refused streamed list was tried again"
+
+
+def test_a_streamed_list_forbidden_is_tried_as_pages_that_time() -> None:
+    """RBAC may grant list without watch: the paginated list then works as it did before streamed lists
+    (and the watch after it is the one that fails), or fails with the reason for the list."""
+    conn = FakeConn()
+    path = NS.path("v1")
+    forbidden = kubeapi.error_for(403, {"message": 'namespaces is forbidden: User "bob" cannot watch resource'})
+    conn.watches = [forbidden, forbidden]
+    conn.gets[path] += [{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "ns1"}}]}]
+    watcher = Watcher(conn, NS, threading.Event(), watch_list=True)
+    events = take(watcher.forever(), 2)
+    assert isinstance(events[0], Listed) and isinstance(events[1], Problem) and events[1].category == "forbidden"
+    assert watcher.watch_list, "a 403 is no refusal of streamed lists"
+    assert [verb for verb, p, q in conn.log if p == path] == ["WATCH", "GET", "WATCH"]
+
+
+def test_a_streamed_list_ended_before_its_end_is_listed_in_pages_that_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ended the stream early (its timeoutSeconds, a shutdown): pages this time, a stream next time;
+    after STREAM_LIST_CUTS such ends in a row, pages from then on."""
+    conn = FakeConn()
+    path = NS.path("v1")
+    cut = [{"type": "ADDED", "object": {"metadata": {"name": "ns1", "resourceVersion": "3"}}}]
+    conn.gets[path] += [{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "ns1"}}]}] * 4
+    conn.watches = [cut] * watching.STREAM_LIST_CUTS
+    watcher = Watcher(conn, NS, threading.Event(), watch_list=True)
+    for attempt in range(1, watching.STREAM_LIST_CUTS + 1):
+        listed = take(watcher.list_then_watch(), 1)[0]
+        assert isinstance(listed, Listed) and listed.resource_version == "5" and listed.whole
+        assert watcher.stream_list_cuts == attempt
+        assert watcher.watch_list == (attempt < watching.STREAM_LIST_CUTS)
+    assert isinstance(take(watcher.list_then_watch(), 1)[0], Listed)
+    sent = [verb for verb, p, q in conn.log if p == path]
+    assert sent == ["WATCH", "GET"] * watching.STREAM_LIST_CUTS + ["GET"]
 
 
 def test_missing_crd_is_a_problem_and_discovery_is_retried() -> None:
@@ -471,3 +582,50 @@ def test_a_relist_never_reuses_an_idle_pooled_connection() -> None:
         assert [type(e) for e in events] == [Listed, Watching]
         assert time.monotonic() - started < 0.5, "the relist waited on a stalled pooled connection"
         assert len(api._sockets) > idle_before
+
+
+def test_a_streamed_list_silent_before_its_end_is_given_up_after_the_list_timeout() -> None:
+    """A stall during the initial events heals as fast as a stalled page: cut after `list_timeout` of
+    silence (not at the stream's timeoutSeconds), and the next list is allowed twice as long."""
+    with StallingApi() as api:
+        api.events = [{"type": "ADDED", "object": {"metadata": {"name": "ns2", "resourceVersion": "2"}}}]
+        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, watch_list=True)
+        watcher.list_timeout = 0.5
+        started = time.monotonic()
+        with pytest.raises(kubeapi.TimedOut, match="streamed list stalled: timed out after 0.5s"):
+            list(watcher.stream_list(NS.path("v1")))
+        assert 0.45 <= time.monotonic() - started < 1.5
+        assert watcher.list_timeout == 1.0 and watcher.watch_list
+        assert "sendInitialEvents=true" in api.requests[0] and "timeoutSeconds=" in api.requests[0]
+
+
+def test_after_its_end_a_streamed_list_is_held_to_the_watch_rules() -> None:
+    """Past the end marker the stream is a watch: silence is normal until its timeoutSeconds; and a
+    consumer slower than the list timeout (the source applying pages) is not a silent server."""
+    with StallingApi(healthy=True) as api:
+        api.events = [{"type": "ADDED", "object": {"metadata": {"name": f"ns{i}", "resourceVersion": str(i)}}}
+                      for i in range(2, 5)]
+        api.events.append({"type": "BOOKMARK", "object": {"metadata": {
+            "resourceVersion": "7", "annotations": {watching.INITIAL_EVENTS_END: "true"}}}})
+        watcher = Watcher(api.connection(), NS, threading.Event(), resync=1.0, stream_slack=0.5, watch_list=True)
+        watcher.list_timeout = 0.3
+        events = []
+        for event in watcher.stream_list(NS.path("v1")):
+            events.append(event)
+            time.sleep(0.4)  # slower than the list timeout, event after event
+        assert [type(e) for e in events] == [Listed, Watching]
+        assert [o.name for o in events[0].objects] == ["ns2", "ns3", "ns4"] and events[0].resource_version == "7"
+        assert watcher.list_timeout == watching.LIST_TIMEOUT and watcher.watch_list
+        assert "timeoutSeconds=1&" in api.requests[0] or api.requests[0].endswith("timeoutSeconds=1")
+
+
+def test_a_streamed_list_whose_headers_never_come_is_given_up_after_the_list_timeout() -> None:
+    """A page's limit, not the watch's: a stalled request heals in LIST_TIMEOUT whichever way the list is read."""
+    with StallingApi(stall_headers=True) as api:
+        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, watch_list=True)
+        watcher.list_timeout = 0.5
+        started = time.monotonic()
+        with pytest.raises(kubeapi.TimedOut, match="streamed list stalled: timed out after 0.5s"):
+            list(watcher.stream_list(NS.path("v1")))
+        assert 0.45 <= time.monotonic() - started < 1.5
+        assert watcher.list_timeout == 1.0 and watcher.watch_list

@@ -153,7 +153,7 @@ class KubeSource:
             await self._shutdown(conn)
 
     def _start(self, state: ResourceState, conn: ApiConnection) -> None:
-        state.watcher = Watcher(conn, state.resource, self._stop, resync=self.settings.resync)
+        state.watcher = Watcher(conn, state.resource, self._stop, resync=self.settings.resync, watch_list=True)
         state.thread = threading.Thread(
             target=self._pump, args=(state,), name=f"watch-{state.resource.plural}", daemon=True
         )
@@ -266,7 +266,9 @@ class KubeSource:
     def _listed(self, state: ResourceState, event: Listed) -> None:
         """The end of a list (its last page, or the whole of a list of one page): the sweep."""
         kind = state.resource.kind
-        relist = state.relist or Relist(self.store, kind, grace=self.grace)
+        relist = state.relist
+        if relist is None or event.whole:  # a list of one page: its own list, whatever one was cut short before
+            relist = Relist(self.store, kind, grace=self.grace)
         state.relist = None
         self._omitted(state, event.objects)
         relist.finish(event.objects, event.keep)

@@ -321,6 +321,22 @@ def stream_lines(resp: Any) -> Iterator[bytes]:
         yield bytes(buffer)
 
 
+def set_read_timeout(resp: Any, seconds: float) -> bool:
+    """Give the reads still to come on `resp` a new timeout (its socket's); False if it has no socket.
+
+    A streamed list waits for its headers as long as a list page may (LIST_TIMEOUT), and
+    then reads on as a watch, whose reads may be silent much longer.
+    """
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if sock is None:
+        return False
+    try:
+        sock.settimeout(seconds)
+    except OSError:
+        return False
+    return True
+
+
 def interrupt(resp: Any) -> None:
     """Unblock a thread reading `resp` (from another thread), so shutdown never waits on a watch.
 

@@ -1,7 +1,9 @@
 """List-then-watch of one resource, as small blocking generators (kopf's shape).
 
     forever()          retries with capped, jittered backoff; 410 means "list again"
-      list_then_watch() discovery (ServiceImport), a paginated list, then watches
+      list_then_watch() discovery (ServiceImport), a list, then watches
+        stream_list()   the list as one watch stream (KEP-3157), which then watches on
+        list()          or the paginated list, when the API server does not stream lists
         stream()        one watch stream from a resourceVersion
 
 Each runs on a worker thread and yields plain events (below); the source hands
@@ -19,6 +21,22 @@ which may have stalled unnoticed, are dropped first, and again when a stall was
 detected), and a list or discovery request silent for LIST_TIMEOUT is given up
 and retried, so a stall that catches a list heals as fast as one that catches
 a watch.
+
+Streaming lists (KEP-3157, "WatchList"): a watch with sendInitialEvents=true is
+served from the API server's watch cache as one ADDED event per object, then a
+BOOKMARK annotated `k8s.io/initial-events-end`, whose resourceVersion is the
+list's, and then goes on as a normal watch. That is a list without pagination
+and without reading etcd (a paginated list of a custom resource is read from
+etcd page by page), read event by event like a watch, so it holds no more at
+once than a page. `stream_list` turns the initial events into the same
+ListedPage/Listed events as `list`, PAGE_SIZE objects each, and keeps reading
+the stream as the watch. While the initial events last, the stream is held to
+the list's limit on silence (LIST_TIMEOUT), not the watch's, so a stall there
+heals as fast as a stalled page. An API server that refuses it (400/422: the
+WatchList feature gate off, or a server older than 1.27) or that ignores it (a
+bookmark or a change before the end marker) is listed in pages from then on;
+one that ends the stream before the marker (its timeoutSeconds, a shutdown) is
+listed in pages this time.
 """
 
 from __future__ import annotations
@@ -63,6 +81,7 @@ from .kubeapi import (
     Unreachable,
     error_for,
     interrupt,
+    set_read_timeout,
     stream_lines,
 )
 
@@ -125,16 +144,25 @@ def resources(labels: str | None, cluster_properties: bool = False) -> tuple[Res
     return watched
 
 
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the annotation of the bookmark ending a streamed list
+STREAM_LIST_CUTS = 3  # streamed lists ended before their end marker in a row: list in pages from then on
+
+
 # --------------------------------------------------------------------------- events
 
 
 @dataclass(frozen=True, slots=True)
 class Listed:
-    """A complete list: the kind now holds exactly `objects`, plus the last good `keep`."""
+    """A complete list: the kind now holds exactly `objects`, plus the last good `keep`.
+
+    `whole`: no ListedPage came before it in this list (a list of one page), so it
+    starts a list of its own even where an earlier list was cut short unnoticed.
+    """
 
     objects: list[Object]
     keep: frozenset[Key]
     resource_version: str
+    whole: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,29 +288,48 @@ class Watchdog:
     (`alive()` is called for each line), so a stream still working through what
     the server sent before it ended is never cut. `interrupt` shuts the socket
     down and the blocked read returns at once; `fired` tells the reader why.
+
+    `listing` (a streamed list, until its end marker: `listed()`): silent for that
+    long is enough, overdue or not, as for a list page (`listing_fired` says so).
+    `hold()`: the reader is handing an event over, not waiting for the server (the
+    source applies a page before it takes the next): not silence, until `alive()`.
     """
 
-    def __init__(self, seconds: float, quiet: float, resp: Any) -> None:
+    def __init__(self, seconds: float, quiet: float, resp: Any, listing: float | None = None) -> None:
         self.fired = False
+        self.listing_fired = False
         self._due = time.monotonic() + seconds
         self._quiet = quiet
         self._last = float("-inf")
+        self._listing = listing
+        self._listing_from = time.monotonic()
         self._resp = resp
         self._cancelled = threading.Event()
         threading.Thread(target=self._run, name="watch-watchdog", daemon=True).start()
 
     def alive(self) -> None:
-        self._last = time.monotonic()
+        self._last = self._listing_from = time.monotonic()
+
+    def hold(self) -> None:
+        self._last = self._listing_from = float("inf")
+
+    def listed(self) -> None:
+        self._listing = None
 
     def _run(self) -> None:
-        while not self._cancelled.wait(max(0.0, self._cut_at() - time.monotonic())):
+        # At most a second at a time: a held reader has no deadline until it reads again.
+        while not self._cancelled.wait(min(max(0.0, self._cut_at() - time.monotonic()), 1.0)):
             if time.monotonic() >= self._cut_at():
+                self.listing_fired = self._listing is not None
                 self.fired = True
                 interrupt(self._resp)
                 return
 
     def _cut_at(self) -> float:
-        return max(self._due, self._last + self._quiet)
+        at = max(self._due, self._last + self._quiet)
+        if self._listing is not None:
+            at = min(at, self._listing_from + self._listing)
+        return at
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -303,6 +350,24 @@ def object_key(raw: Any) -> Key | None:
     return (str(meta.get("namespace") or ""), meta["name"])
 
 
+class NotStreamed(ApiError):
+    """The API server answered a streamed list as a plain watch: it ignores sendInitialEvents."""
+
+
+def refuses_streaming(exc: ApiError) -> bool:
+    """The API server cannot stream lists: 400/422 (the request is invalid to it) or it ignored the request."""
+    return isinstance(exc, NotStreamed) or (type(exc) is ApiError and exc.status in (400, 422))
+
+
+@dataclass
+class Initial:
+    """The initial events of a streamed list read so far: the objects of the page being gathered."""
+
+    objects: list[Object] = field(default_factory=list)
+    keep: set[Key] = field(default_factory=set)  # rejected on this page: their last good version stays
+    first: bool = True  # no page handed over yet
+
+
 @dataclass
 class Watcher:
     """One resource's list-then-watch loop; runs on its own thread until `stop` is set."""
@@ -316,6 +381,10 @@ class Watcher:
     listed_at: float = float("-inf")  # time.monotonic() of the last complete list
     stream_slack: float = STREAM_SLACK
     list_timeout: float = LIST_TIMEOUT  # silence allowed to the next list or discovery request (see get())
+    watch_list: bool = False  # list by a streamed list (KEP-3157) first; False once the server refused one
+    list_took: float = 0.0  # seconds the last complete list took (a streamed list's timeoutSeconds covers it)
+    stream_list_cuts: int = 0  # streamed lists in a row that ended before their end marker
+    _initial: Initial | None = field(default=None, init=False, repr=False)  # a streamed list is being read
     _response: Any = field(default=None, init=False, repr=False)  # the open stream, for interrupt()
 
     # -- level 1: forever ----------------------------------------------------
@@ -340,13 +409,19 @@ class Watcher:
     # -- level 2: list, then watch ---------------------------------------------
 
     def list_then_watch(self) -> Iterator[Event]:
-        """Discover, list (paginated), then watch until a relist is due or needed."""
+        """Discover, list (streamed, else paginated), then watch until a relist is due or needed."""
         self.conn.drop_idle()  # a relist never starts on a pooled connection that may have stalled
         version = yield from self.discover()
         path = self.resource.path(version)
-        yield from self.list(path)
+        listed = self.watch_list and (yield from self.stream_list(path))
+        if not listed:
+            if self.stop.is_set():
+                return
+            started = time.monotonic()
+            yield from self.list(path)
+            self.list_took = time.monotonic() - started
         self.backoff.reset()
-        resync_at = time.monotonic() + self.resync if self.resync > 0 else None
+        resync_at = self.listed_at + self.resync if self.resync > 0 else None
         while not self.stop.is_set():
             timeout = self.watch_timeout(resync_at)
             if timeout is None:
@@ -354,11 +429,55 @@ class Watcher:
             try:
                 yield from self.stream(path, timeout)
             except (Unreachable, Throttled, ServerError) as exc:
-                if self.stop.is_set():
-                    return
-                delay = self.backoff.next()
-                yield problem_for(self.resource, exc, delay)
-                self.stop.wait(delay)  # then watch again from the last resourceVersion
+                yield from self.stream_failed(exc)  # then watch again from the last resourceVersion
+
+    def stream_failed(self, exc: ApiError) -> Iterator[Event]:
+        """A watch stream broke: say so, and wait out the backoff before the next one."""
+        if self.stop.is_set():
+            return
+        delay = self.backoff.next()
+        yield problem_for(self.resource, exc, delay)
+        self.stop.wait(delay)
+
+    def stream_list(self, path: str) -> Iterator[Event]:
+        """The list as one watch stream that then goes on watching; False: list in pages instead.
+
+        Its timeoutSeconds runs to the resync after the list, the list taking as long as the
+        last one did. True once the list is complete, when the stream ends or breaks (the
+        watch goes on from its resourceVersion). Before the end marker, what a failed list
+        raises is raised, but for a refusal (`watch_list` off from then on), a 403 (pages this
+        time: the list may be allowed where the watch is not) and an end before the marker
+        (pages this time; after STREAM_LIST_CUTS in a row, from then on).
+        """
+        started = time.monotonic()
+        resync_at = started + self.list_took + self.resync if self.resync > 0 else None
+        self._initial = Initial()
+        try:
+            yield from self.stream(path, self.watch_timeout(resync_at) or 1, listing=True)
+        except (Unreachable, Throttled, ServerError) as exc:
+            if self._initial is not None:
+                raise  # the list failed, as a failed page does
+            yield from self.stream_failed(exc)
+        except ApiError as exc:
+            if self._initial is not None and isinstance(exc, Forbidden):
+                return False  # RBAC may grant the list without the watch: the paginated list says (as before)
+            if self._initial is None or not refuses_streaming(exc):
+                raise
+            self.watch_list = False
+            log.info("%s: the API server does not stream lists (%s); listing in pages", self.resource.kind, exc)
+            return False
+        finally:
+            cut = self._initial is not None
+            self._initial = None
+        if cut:
+            if not self.stop.is_set():
+                self.stream_list_cuts += 1
+                self.watch_list = self.stream_list_cuts < STREAM_LIST_CUTS
+                log.info("%s: the streamed list ended before its end marker; listing in pages", self.resource.kind)
+            return False
+        self.stream_list_cuts = 0
+        self.list_took = self.listed_at - started
+        return True
 
     def discover(self) -> Iterator[Event]:
         """The API version to use; for ServiceImport, the preferred one that discovery serves."""
@@ -406,7 +525,7 @@ class Watcher:
                 self.resource_version = str(meta.get("resourceVersion") or "")
                 self.listed_at = time.monotonic()
                 self.list_timeout = LIST_TIMEOUT
-                yield Listed(objects, frozenset(keep), self.resource_version)
+                yield Listed(objects, frozenset(keep), self.resource_version, whole=first)
                 return
             yield ListedPage(objects, frozenset(keep), first)
             first = False
@@ -454,7 +573,7 @@ class Watcher:
 
     # -- level 3: one stream -------------------------------------------------
 
-    def stream(self, path: str, timeout: int) -> Iterator[Event]:
+    def stream(self, path: str, timeout: int, listing: bool = False) -> Iterator[Event]:
         """Events of one watch stream from the current resourceVersion, until the server ends it.
 
         The server ends the stream at `timeout`; if it has not `stream_slack` later and
@@ -462,6 +581,10 @@ class Watcher:
         stopped forwarding) and the watchdog cuts it: the stream fails as Unreachable,
         like any broken stream. Waiting for the headers is bounded by the read
         timeout, which the watchdog cannot reach.
+
+        `listing`: a streamed list (`stream_list`, its `Initial` set): the current state
+        first, up to its end marker, during which a silence of `list_timeout` is cut as
+        a stalled list (TimedOut, the next one allowed twice as long, as in `get`).
         """
         query = {
             "watch": "true",
@@ -470,28 +593,49 @@ class Watcher:
             "timeoutSeconds": timeout,
             "labelSelector": self.resource.label_selector,
         }
+        if listing:  # the state "not older than" the latest: served from the watch cache
+            query.update(resourceVersion="", sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
         limit = timeout + self.stream_slack
         self.conn.drop_idle()  # the stream starts on a new connection, not on one that may have stalled idle
         opened = time.monotonic()
-        resp = self.conn.open(path, query, self.resource.watch_accept, limit)
+        if listing:  # its headers are waited for as long as a list page's, then it reads on as a watch
+            try:
+                resp = self.conn.open(path, query, self.resource.watch_accept, self.list_timeout)
+            except TimedOut as exc:
+                self.conn.drop_idle()
+                raise self.list_stalled() from exc
+            if not set_read_timeout(resp, limit):  # no socket to reach: its reads would stay this short
+                resp.close()
+                raise NotStreamed("the streamed list's connection has no socket to set the watch's read timeout on")
+        else:
+            resp = self.conn.open(path, query, self.resource.watch_accept, limit)
         # Counted from the headers: the server started its timeoutSeconds before it sent them.
-        watchdog = Watchdog(limit, self.stream_slack, resp)
+        watchdog = Watchdog(limit, self.stream_slack, resp, self.list_timeout if listing else None)
         self._response = resp
         try:
             if self.stop.is_set():
                 return
-            yield Watching(self.resource_version)
+            if not listing:
+                yield Watching(self.resource_version)
             for line in stream_lines(resp):
                 watchdog.alive()
                 try:
                     event = decode.event(line)
                 except ValueError as exc:
                     raise ServerError("a watch event is not JSON") from exc
-                yield from self.event(event)
+                for out in self.event(event):
+                    watchdog.hold()
+                    yield out
+                    watchdog.alive()
+                if listing and self._initial is None:
+                    watchdog.listed()
+                    listing = False
         except (Unreachable, ServerError) as exc:
             # The cut read fails one way or another: report why it was cut. The socket's read timeout
             # (also `limit`, counted from the last byte) can beat the watchdog's thread to the same
             # stall: silent for `limit`, past the stream's end.
+            if watchdog.listing_fired:
+                raise self.list_stalled() from exc
             if watchdog.fired or (isinstance(exc, Unreachable) and time.monotonic() >= opened + limit):
                 raise self.stalled(timeout) from exc
             raise
@@ -501,12 +645,19 @@ class Watcher:
             resp.close()
             if watchdog.fired:
                 self.conn.drop_idle()  # a stall detected: idle connections over the same link are suspect too
+        if watchdog.listing_fired:
+            raise self.list_stalled()
         if watchdog.fired:
             raise self.stalled(timeout)
 
     def stalled(self, timeout: int) -> Unreachable:
         slack = self.stream_slack
         return Unreachable(f"watch stream stalled: still open {slack:g}s after its timeoutSeconds={timeout}")
+
+    def list_stalled(self) -> TimedOut:
+        """A streamed list silent for `list_timeout`: given up like a page (get), the next waits twice as long."""
+        silent, self.list_timeout = self.list_timeout, min(2 * self.list_timeout, REQUEST_TIMEOUT)
+        return TimedOut(f"streamed list stalled: timed out after {silent:g}s without an event")
 
     def event(self, event: Any) -> Iterator[Event]:
         """One watch event -> store events; ERROR events raise their mapped ApiError."""
@@ -515,6 +666,9 @@ class Watcher:
         kind, raw = event.get("type"), event["object"]
         if kind == "ERROR":
             raise error_for(int(raw.get("code") or 500), raw)
+        if self._initial is not None:
+            yield from self.initial_event(self._initial, kind, raw)
+            return
         version = (raw.get("metadata") or {}).get("resourceVersion")
         if version:
             self.resource_version = str(version)
@@ -533,6 +687,37 @@ class Watcher:
             key = object_key(raw)
             if key is not None:
                 yield Deleted(key, arrived)
+
+    def initial_event(self, initial: Initial, kind: Any, raw: dict) -> Iterator[Event]:
+        """An event of a streamed list before its end marker: gathered into pages as `list` hands them over.
+
+        Every PAGE_SIZE objects are a ListedPage; the marker (its resourceVersion is the
+        list's) ends the list with a Listed of the rest, and the stream is a watch from then
+        on (Watching). Anything else before the marker means the server does not stream lists.
+        """
+        if kind == "ADDED":
+            obj = self.convert(raw)
+            if isinstance(obj, Rejected):
+                initial.keep.add(obj.key)
+                yield obj
+            elif obj is not None:
+                initial.objects.append(obj)
+                if len(initial.objects) >= PAGE_SIZE:
+                    page = ListedPage(initial.objects, frozenset(initial.keep), initial.first)
+                    initial.objects, initial.keep, initial.first = [], set(), False
+                    yield page
+            return
+        meta = raw.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        annotations = meta.get("annotations")
+        if kind != "BOOKMARK" or not isinstance(annotations, dict) or annotations.get(INITIAL_EVENTS_END) != "true":
+            raise NotStreamed(f"a {kind} event before the end of the initial events")
+        self._initial = None
+        self.resource_version = str(meta.get("resourceVersion") or "")
+        self.listed_at = time.monotonic()
+        self.list_timeout = LIST_TIMEOUT
+        yield Listed(initial.objects, frozenset(initial.keep), self.resource_version, whole=initial.first)
+        yield Watching(self.resource_version)
 
     def convert(self, raw: Any) -> Object | Rejected | None:
         """The record for a raw object, or why DNS cannot use it (None: not even a name).
