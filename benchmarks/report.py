@@ -560,8 +560,10 @@ def markdown(results: dict) -> str:
                   ""] + targets_markdown(results) + [""]
     if results.get("scale"):
         lines += ["## Targets: scale", "",
-                  "From the scale section above (one run, the same data at every size); the query rate is the "
-                  "ClusterSetIP A max rate, measured the same way at every size.", ""] + scale_targets_markdown(results) + [""]
+                  "From the scale section above ("
+                  + ("the same data at every size; steps from more than one run, each named at the top"
+                     if any(step.get("run") for step in results["scale"]) else "one run, the same data at every size")
+                  + "); the query rate is the ClusterSetIP A max rate, measured the same way at every size.", ""] + scale_targets_markdown(results) + [""]
     t = targets(results)
     if t:
         lines += ["## Targets", "", "| Target | Measured | Met |", "|---|---|---|"]

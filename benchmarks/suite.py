@@ -623,7 +623,7 @@ def merge(old: dict[str, Any], new: dict[str, Any], skipped: dict[str, bool]) ->
         steps = {step["imports"]: step for step in new["scale"]}
         kept_sizes = []
         for step in old["scale"]:
-            step.setdefault("run", old_run)
+            step.setdefault("run", earlier.get("scale", old_run))
             mine = steps.get(step["imports"])
             if mine is None:
                 steps[step["imports"]] = step
@@ -639,7 +639,7 @@ def merge(old: dict[str, Any], new: dict[str, Any], skipped: dict[str, bool]) ->
         kept = 0
         for mix, cells in old["throughput"].items():
             for label, cell in cells.items():
-                cell.setdefault("run", old_run)
+                cell.setdefault("run", earlier.get("throughput", old_run))
                 mine = new["throughput"].setdefault(mix, {})
                 if label in mine:
                     replaced = cell.pop("replaced", [])

@@ -240,3 +240,15 @@ def test_a_section_kept_through_two_merges_names_the_run_that_measured_it() -> N
     lines = report.provenance(final)
     assert any(line.startswith("- Propagation: the run of d, commit c") for line in lines)
     assert any(line.startswith("- Scale: the run of second, commit c2") for line in lines)
+
+
+def test_a_scale_step_kept_from_a_merged_run_names_the_run_that_measured_it() -> None:
+    first = _scale_results()  # measured by run "d"
+    second = {"environment": {"date": "second", "command": "throughput only", "commit": "c2"}, "servers": {},
+              "throughput": {"clusterset_a": {"mcsdns": _cell(90_000, 1.1, 0.001)}}}
+    merged = suite.merge(copy.deepcopy(first), second, {"scale": True, "propagation": True})
+    third = {"environment": {"date": "third", "command": "10k again", "commit": "c3"}, "servers": {},
+             "scale": [_scale_row(10000, {"sync_seconds": 0.8}, {"sync_seconds": 1.3}, {"sync_seconds": 0.6})]}
+    final = suite.merge(copy.deepcopy(merged), third, {"throughput": True, "propagation": True})
+    assert final["scale"][0]["run"]["date"] == "d"  # the 1,000 step: measured by the first run, not the second
+    assert any(line.startswith("- Scale at 1,000, 50,000, 200,000 imports: the run of d") for line in report.provenance(final))
