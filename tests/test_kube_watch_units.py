@@ -589,14 +589,19 @@ def test_a_streamed_list_silent_before_its_end_is_given_up_after_the_list_timeou
     silence (not at the stream's timeoutSeconds), and the next list is allowed twice as long."""
     with StallingApi() as api:
         api.events = [{"type": "ADDED", "object": {"metadata": {"name": "ns2", "resourceVersion": "2"}}}]
-        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, watch_list=True)
-        watcher.list_timeout = 0.5
-        started = time.monotonic()
-        with pytest.raises(kubeapi.TimedOut, match="streamed list stalled: timed out after 0.5s"):
-            list(watcher.stream_list(NS.path("v1")))
-        assert 0.45 <= time.monotonic() - started < 1.5
-        assert watcher.list_timeout == 1.0 and watcher.watch_list
+        _given_up_after_the_list_timeout(api)
         assert "sendInitialEvents=true" in api.requests[0] and "timeoutSeconds=" in api.requests[0]
+
+
+def _given_up_after_the_list_timeout(api: "StallingApi") -> None:
+    """A streamed list from `api` with a 0.5 s list timeout: cut after it, and the next allowed twice as long."""
+    watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, watch_list=True)
+    watcher.list_timeout = 0.5
+    started = time.monotonic()
+    with pytest.raises(kubeapi.TimedOut, match="streamed list stalled: timed out after 0.5s"):
+        list(watcher.stream_list(NS.path("v1")))
+    assert 0.45 <= time.monotonic() - started < 1.5
+    assert watcher.list_timeout == 1.0 and watcher.watch_list
 
 
 def test_after_its_end_a_streamed_list_is_held_to_the_watch_rules() -> None:
@@ -622,10 +627,4 @@ def test_after_its_end_a_streamed_list_is_held_to_the_watch_rules() -> None:
 def test_a_streamed_list_whose_headers_never_come_is_given_up_after_the_list_timeout() -> None:
     """A page's limit, not the watch's: a stalled request heals in LIST_TIMEOUT whichever way the list is read."""
     with StallingApi(stall_headers=True) as api:
-        watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, watch_list=True)
-        watcher.list_timeout = 0.5
-        started = time.monotonic()
-        with pytest.raises(kubeapi.TimedOut, match="streamed list stalled: timed out after 0.5s"):
-            list(watcher.stream_list(NS.path("v1")))
-        assert 0.45 <= time.monotonic() - started < 1.5
-        assert watcher.list_timeout == 1.0 and watcher.watch_list
+        _given_up_after_the_list_timeout(api)
