@@ -20,10 +20,8 @@ still share. Answers stay byte for byte the same (same bodies, same keys).
 
 from __future__ import annotations
 
-import gc
-
 from . import vocab
-from .table import Table
+from .table import Table, collector_paused
 from .wire import Body
 
 # Question types in layout order; every other type follows them.
@@ -40,6 +38,7 @@ def _fresh(data: bytes) -> bytes:
     return bytes(memoryview(data)) if data else data
 
 
+@collector_paused  # hundreds of thousands of allocations, no cycles: nothing for the collector to find
 def compact(table: Table) -> None:
     """Rebuild `table.answers` (and `table.owned`, which names the same keys) from new objects laid out
     by question type; bodies shared between keys stay shared, equal flags become one int."""
@@ -48,21 +47,15 @@ def compact(table: Table) -> None:
     keys: dict[bytes, bytes] = {}
     answers: dict[bytes, Body] = {}
     old = table.answers
-    paused = gc.isenabled()
-    gc.disable()  # hundreds of thousands of allocations, no cycles: nothing for the collector to find
-    try:
-        for key in sorted(old, key=_rank):
-            body = old[key]
-            new = bodies.get(id(body))
-            if new is None:
-                flag = flags.setdefault(body.flags, body.flags)
-                new = bodies[id(body)] = Body(flag, body.an, body.ns, body.ar, _fresh(body.body), body.ends,
-                                              body.zone_slots, body.soa, body.zone_at, body.split)
-            fresh = keys[key] = _fresh(key)
-            answers[fresh] = new
-        table.owned = {service: [keys.get(k, k) for k in owned] for service, owned in table.owned.items()}
-        table.answers = answers
-        del old, bodies, keys
-    finally:
-        if paused:
-            gc.enable()
+    for key in sorted(old, key=_rank):
+        body = old[key]
+        new = bodies.get(id(body))
+        if new is None:
+            flag = flags.setdefault(body.flags, body.flags)
+            new = bodies[id(body)] = Body(flag, body.an, body.ns, body.ar, _fresh(body.body), body.ends,
+                                          body.zone_slots, body.soa, body.zone_at, body.split)
+        fresh = keys[key] = _fresh(key)
+        answers[fresh] = new
+    table.owned = {service: [keys.get(k, k) for k in owned] for service, owned in table.owned.items()}
+    table.answers = answers
+    del old, bodies, keys
