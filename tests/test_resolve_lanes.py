@@ -47,6 +47,14 @@ def full_path(resolver: Resolver, packet: bytes) -> bytes:
     return Resolver(resolver.table).handle(packet + b"\x00")
 
 
+def assert_plain_queries_as_full_path(r: Resolver, resolver: Resolver, names: list[str], qtypes) -> None:
+    """Every plain query of `names` x `qtypes` gets from `r` the full path's reply."""
+    for name in names:
+        for qtype in qtypes:
+            packet = plain_query(name, qtype)
+            assert r.handle(packet) == full_path(resolver, packet), (name, qtype)
+
+
 @pytest.fixture(scope="module")
 def resolver() -> Resolver:
     return build()
@@ -151,11 +159,7 @@ def test_absent_names_get_what_the_zone_logic_says(resolver):
             assert ans == zone.NAME_ERROR, (name, qtype, ans)
     assert decided >= len(services) * 3  # random hosts, bad ports' shapes and deep names, at least
     # And over real packets: the same replies as the full path, SOA (NODATA) included.
-    r = Resolver(table)
-    for name in names:
-        for qtype in QTYPES:
-            packet = plain_query(name, qtype)
-            assert r.handle(packet) == full_path(resolver, packet), (name, qtype)
+    assert_plain_queries_as_full_path(Resolver(table), resolver, names, QTYPES)
 
 
 @pytest.mark.parametrize("labels", [{"multicluster.kubernetes.io/source-cluster": ""}, {}])
@@ -335,10 +339,7 @@ def test_absent_child_lane_with_other_zones(zones, reverse):
     r = Resolver(table)
     names = absent_children(table)
     names += [n.replace("clusterset.local", z) for n in absent_children(build().table) for z in zones]
-    for name in names:
-        for qtype in (1, 28, 33, 6, 16):
-            packet = plain_query(name, qtype)
-            assert r.handle(packet) == full_path(resolver, packet), (name, qtype)
+    assert_plain_queries_as_full_path(r, resolver, names, (1, 28, 33, 6, 16))
 
 
 def test_absent_child_lane_under_dns_sd():
@@ -351,10 +352,7 @@ def test_absent_child_lane_under_dns_sd():
     table.dnssd.full()
     r = Resolver(table)
     names = absent_children(table) + [".".join(split_labels(k[:-4])) for k in table.answers]
-    for name in names:
-        for qtype in (1, 12, 33, 16, 6):
-            packet = plain_query(name, qtype)
-            assert r.handle(packet) == full_path(resolver, packet), (name, qtype)
+    assert_plain_queries_as_full_path(r, resolver, names, (1, 12, 33, 16, 6))
 
 
 def test_children_index_follows_the_services():
