@@ -24,7 +24,7 @@ import re
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,7 @@ class ServiceImport:
     changed: str | None = field(default=None, compare=False)  # newest managedFields time: programming latency
 
 
-@dataclass(frozen=True, slots=True)
-class Address:
+class Address(NamedTuple):
     """One ready address of an MCS EndpointSlice, with its DNS host label."""
 
     ip: str
@@ -331,12 +330,10 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
     addresses: list[Address] = []
     omitted: list[str] = []
     not_ready: list[Address] = []
-    ref = f"EndpointSlice {namespace}/{name}"
     not_ips, first_bad = 0, ""
     for i, ep in enumerate(_list(obj, "endpoints", limit=MAX_ENDPOINTS)):
-        where = f"endpoints[{i}]"
         if not isinstance(ep, dict):
-            raise InvalidObject(f"{where}: expected object")
+            raise InvalidObject(f"endpoints[{i}]: expected object")
         # The three reads below are `_field` inlined for the shapes the API serves (a sync reads
         # every endpoint of every slice); anything else takes `_field` itself, for its exact errors.
         conditions = ep.get("conditions")
@@ -344,33 +341,34 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
         if conditions is None or (ready is None and isinstance(conditions, dict)):
             ready = True
         elif not isinstance(ready, bool):  # conditions not an object, or ready not a boolean: refused
-            ready = _field(ep, "conditions", "ready", kind=bool, default=True, at=where)
+            ready = _field(ep, "conditions", "ready", kind=bool, default=True, at=f"endpoints[{i}]")
         hostname = ep.get("hostname")
         if hostname is None:
             hostname = ""
         elif not isinstance(hostname, str):
-            hostname = _field(ep, "hostname", kind=str, default="", at=where)
+            hostname = _field(ep, "hostname", kind=str, default="", at=f"endpoints[{i}]")
         if hostname and not _HOST_LABEL.match(hostname):
-            omitted.append(f"{where}.hostname: {hostname!r:.80} cannot be a DNS label; the endpoint is left out")
+            omitted.append(f"endpoints[{i}].hostname: {hostname!r:.80} cannot be a DNS label; the endpoint is left out")
             continue
         addresses_raw = ep.get("addresses")
         if addresses_raw is None:
             addresses_raw = []
         elif not isinstance(addresses_raw, list):
-            addresses_raw = _field(ep, "addresses", kind=list, default=[], at=where)
+            addresses_raw = _field(ep, "addresses", kind=list, default=[], at=f"endpoints[{i}]")
         if len(addresses_raw) > MAX_ADDRESSES:
-            raise InvalidObject(f"{where}.addresses: {len(addresses_raw)} items, more than the API allows ({MAX_ADDRESSES})")
+            raise InvalidObject(f"endpoints[{i}].addresses: {len(addresses_raw)} items, more than the API allows ({MAX_ADDRESSES})")
         for j, text in enumerate(addresses_raw):
             parsed = parse_ip(text) if isinstance(text, str) else None
             if parsed is None:
                 if not_ips == 0:
-                    first_bad = f"{where}.addresses[{j}] {text!r:.80}"
+                    first_bad = f"endpoints[{i}].addresses[{j}] {text!r:.80}"
                 not_ips += 1
                 continue
             ip, v6 = parsed
             (addresses if ready else not_ready).append(Address(ip, v6, endpoint_hostname(hostname, ip)))
     if not_ips:  # one line per slice, not per address: a slice may hold 100k of them
-        log.warning("%s: %d address(es) are not IP addresses and are ignored (first: %s)", ref, not_ips, first_bad)
+        log.warning("EndpointSlice %s/%s: %d address(es) are not IP addresses and are ignored (first: %s)",
+                    namespace, name, not_ips, first_bad)
     raw_ports = _list(obj, "ports", limit=MAX_SLICE_PORTS)
     ports = tuple(_port(item, f"ports[{i}]", required=False, omitted=omitted) for i, item in enumerate(raw_ports))
     annotations = _field(obj, "metadata", "annotations", default={})

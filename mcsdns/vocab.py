@@ -8,6 +8,7 @@ copy of each number and name instead of re-declaring them. Pure data, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # Types (RFC 1035 and successors).
 A, NS, CNAME, SOA, PTR, MX, TXT, AAAA, SRV, DNAME, OPT = 1, 2, 5, 6, 12, 15, 16, 28, 33, 39, 41
@@ -45,9 +46,13 @@ class Absolute:
     labels: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A resource record with its owner relative to the zone (None = the query name as asked)."""
+class Record(NamedTuple):
+    """A resource record with its owner relative to the zone (None = the query name as asked).
+
+    Record, Answer (and wire.Body, objects.Address) are named tuples rather than frozen
+    dataclasses: just as immutable, and built in half the time (a frozen dataclass sets each
+    field through object.__setattr__), which a sync pays once per record of every service.
+    """
 
     owner: tuple[str, ...] | None
     rtype: int
@@ -57,8 +62,7 @@ class Record:
     data: object
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):
     """What the server says: rcode, records, and whether the zone SOA goes in authority."""
 
     rcode: int

@@ -18,6 +18,7 @@ import socket
 import struct
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .vocab import AAAA, CLASS_IN, NS, OPT, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
 from .vocab import wire_length as _wire_len
@@ -193,14 +194,13 @@ def split_labels(lname: bytes) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- rendering
 
 
-@dataclass(frozen=True, slots=True)
-class Body:
+class Body(NamedTuple):
     """A compiled reply for one question layout: everything after the question.
 
     `ends` are the end offsets of each record inside `body`, used to truncate
     without re-encoding; `zone_slots` are where (inside `body`) the zone name is spelled out
     (SRV targets are never compressed, RFC 2782), to be re-cased for queries
-    that spell the zone in mixed case.
+    that spell the zone in mixed case. A named tuple, as vocab.Record says why.
     """
 
     flags: int  # AA and rcode bits
