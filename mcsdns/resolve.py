@@ -472,8 +472,8 @@ _UNCACHED = object()  # RoundRobinResolver._rotated: this reply must not enter t
 
 
 class _View:
-    """What `assemble` reads of a Body, with the bytes rotated: one per run, refilled per reply (a frozen
-    Body costs ~1.8 us to build; the event loop is the only caller and `assemble` keeps no reference)."""
+    """What `assemble` reads of a Body, with the bytes rotated: one per run, refilled per reply (cheaper
+    than building a Body per reply; the event loop is the only caller and `assemble` keeps no reference)."""
 
     __slots__ = ("source", "flags", "an", "ns", "ar", "body", "ends", "zone_slots", "soa", "zone_at")
 
