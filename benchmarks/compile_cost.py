@@ -4,8 +4,8 @@ usage: python -m benchmarks.compile_cost [repeats]
 """
 from __future__ import annotations
 
+import argparse
 import logging
-import sys
 import time
 
 from testsupport.inprocess import build_table
@@ -34,7 +34,11 @@ def clustersetip(ports=1000):
 
 
 def main():
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compile_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("repeats", nargs="?", type=int, default=3, help="compiles per case (the minimum is printed)")
+    repeats = parser.parse_args().repeats
+    if repeats < 1:
+        parser.error("repeats must be at least 1")
     for label, objs, key in (
         ("headless: 1000 endpoints x 100 named ports", headless(), ("ns", "h")),
         ("ClusterSetIP: 1000 named ports", clustersetip(), ("ns", "c")),

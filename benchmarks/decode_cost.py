@@ -10,8 +10,8 @@ usage: python -m benchmarks.decode_cost [imports] [rounds]
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 from typing import Callable
 
@@ -63,8 +63,13 @@ def run(load: Callable[[bytes], dict], data: list[bytes], conversion: bool) -> f
 
 
 def main() -> None:
-    imports = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.decode_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("imports", nargs="?", type=int, default=10000, help="imports in the data set")
+    parser.add_argument("rounds", nargs="?", type=int, default=5, help="rounds (the minimum is printed)")
+    args = parser.parse_args()
+    if args.imports < 1 or args.rounds < 1:
+        parser.error("imports and rounds must be at least 1")
+    imports, rounds = args.imports, args.rounds
     data = pages(imports, "ServiceImport") + pages(imports, "EndpointSlice")
     size = sum(map(len, data))
     decoders = {"json (stdlib)": json.loads, "msgspec, untyped (decode.loads)": decode.loads,

@@ -1,0 +1,35 @@
+"""Every runnable benchmark script answers `--help` and refuses a bad flag with usage, not a traceback.
+
+The scripts are run by hand (docs/performance.md gives each command); a mistyped argument must get
+argparse's error (exit 2), as `mcsdns serve` does, and never a ValueError from parsing argv itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
+                 if p.stem != "__main__" and 'if __name__ == "__main__"' in p.read_text())
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_the_scripts_are_found() -> None:
+    assert {"compile_cost", "decode_cost", "sync_cost", "resolve_cost"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_and_a_bad_flag(script: str) -> None:
+    shown = _run(f"benchmarks.{script}", "--help")
+    assert shown.returncode == 0, shown.stderr
+    assert "usage:" in shown.stdout
+    refused = _run(f"benchmarks.{script}", "--no-such-flag")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "usage:" in refused.stderr and "Traceback" not in refused.stderr
