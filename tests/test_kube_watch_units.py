@@ -266,6 +266,39 @@ def test_a_streamed_list_ended_before_its_end_is_listed_in_pages_that_time(monke
     assert sent == ["WATCH", "GET"] * watching.STREAM_LIST_CUTS + ["GET"]
 
 
+@pytest.mark.parametrize("failure", [
+    kubeapi.error_for(500, {"message": "Internal error occurred: streaming is broken", "code": 500}),
+    [{"type": "ADDED", "object": {"metadata": {"name": "ns1", "resourceVersion": "3"}}},
+     {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd leader changed"}}],
+], ids=["500-at-the-start", "error-event-500-before-the-end"])
+def test_a_streamed_list_that_fails_with_a_server_error_is_listed_in_pages_that_time(failure: Any) -> None:
+    """A 5xx before the end marker (a server or proxy that breaks streamed lists) is a list in pages that
+    time, as client-go falls back, not a retry of the same stream forever; after STREAM_LIST_CUTS in a
+    row, pages from then on. A failing page after it is a failed list, as before (backoff, retry)."""
+    conn = FakeConn()
+    path = NS.path("v1")
+    conn.gets[path] += [{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "ns1"}}]}] * 4
+    conn.watches = [failure] * watching.STREAM_LIST_CUTS
+    watcher = Watcher(conn, NS, threading.Event(), watch_list=True)
+    for attempt in range(1, watching.STREAM_LIST_CUTS + 1):
+        listed = take(watcher.list_then_watch(), 1)[0]
+        assert isinstance(listed, Listed) and listed.resource_version == "5" and listed.whole
+        assert [o.name for o in listed.objects] == ["ns1"]
+        assert watcher.stream_list_cuts == attempt and watcher.watch_list == (attempt < watching.STREAM_LIST_CUTS)
+    assert isinstance(take(watcher.list_then_watch(), 1)[0], Listed)
+    assert [verb for verb, p, q in conn.log if p == path] == ["WATCH", "GET"] * watching.STREAM_LIST_CUTS + ["GET"]
+
+    conn = FakeConn()  # the pages fail too: a failed list, retried after the backoff
+    conn.gets[path] += [kubeapi.error_for(503, {"message": "unavailable", "code": 503}),
+                        {"metadata": {"resourceVersion": "6"}, "items": [{"metadata": {"name": "ns1"}}]}]
+    conn.watches = [failure, failure]
+    watcher = Watcher(conn, NS, threading.Event(), watch_list=True)
+    watcher.backoff = Backoff(first=0.001, cap=0.001)
+    events = take(watcher.forever(), 2)
+    assert isinstance(events[0], Problem) and isinstance(events[1], Listed) and events[1].resource_version == "6"
+    assert [verb for verb, p, q in conn.log if p == path] == ["WATCH", "GET", "WATCH", "GET"]
+
+
 def test_missing_crd_is_a_problem_and_discovery_is_retried() -> None:
     conn = FakeConn()
     conn.gets[f"/apis/{MCS}"] += [kubeapi.NotFound("the server could not find the requested resource", 404)]

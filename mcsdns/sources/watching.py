@@ -145,7 +145,7 @@ def resources(labels: str | None, cluster_properties: bool = False) -> tuple[Res
 
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the annotation of the bookmark ending a streamed list
-STREAM_LIST_CUTS = 3  # streamed lists ended before their end marker in a row: list in pages from then on
+STREAM_LIST_CUTS = 3  # streamed lists cut or failed (5xx) before their end marker in a row: pages from then on
 
 
 # --------------------------------------------------------------------------- events
@@ -446,17 +446,26 @@ class Watcher:
         last one did. True once the list is complete, when the stream ends or breaks (the
         watch goes on from its resourceVersion). Before the end marker, what a failed list
         raises is raised, but for a refusal (`watch_list` off from then on), a 403 (pages this
-        time: the list may be allowed where the watch is not) and an end before the marker
-        (pages this time; after STREAM_LIST_CUTS in a row, from then on).
+        time: the list may be allowed where the watch is not), and an end before the marker or a
+        server error (5xx, an answer that is not JSON) before it: pages this time, as client-go
+        falls back to a list when its streamed list fails, so a server (or a proxy in front of
+        it) that fails every streamed list still gets listed; after STREAM_LIST_CUTS such
+        failures in a row, pages from then on.
         """
         started = time.monotonic()
         resync_at = started + self.list_took + self.resync if self.resync > 0 else None
         self._initial = Initial()
+        why = "the streamed list ended before its end marker"
         try:
             yield from self.stream(path, self.watch_timeout(resync_at) or 1, listing=True)
-        except (Unreachable, Throttled, ServerError) as exc:
+        except ServerError as exc:
+            if self._initial is None:
+                yield from self.stream_failed(exc)
+            else:
+                why = f"the streamed list failed ({exc})"
+        except (Unreachable, Throttled) as exc:
             if self._initial is not None:
-                raise  # the list failed, as a failed page does
+                raise  # the list failed, as a failed page does (its backoff applies to pages too)
             yield from self.stream_failed(exc)
         except ApiError as exc:
             if self._initial is not None and isinstance(exc, Forbidden):
@@ -473,7 +482,7 @@ class Watcher:
             if not self.stop.is_set():
                 self.stream_list_cuts += 1
                 self.watch_list = self.stream_list_cuts < STREAM_LIST_CUTS
-                log.info("%s: the streamed list ended before its end marker; listing in pages", self.resource.kind)
+                log.info("%s: %s; listing in pages", self.resource.kind, why)
             return False
         self.stream_list_cuts = 0
         self.list_took = self.listed_at - started
