@@ -135,6 +135,22 @@ def fair_targets(results: dict) -> list[dict]:
         return text, v
 
     cached_coredns = any(l.startswith("coredns-cache") for d in results.get("throughput", {}).values() for l in d)
+
+    def p999_text(label: str) -> tuple[str, float | None]:
+        """The worst p99.9 / CoreDNS's (better setting) over the mixes, and on how many mixes it is above."""
+        pairs = []
+        for m in MIXES:
+            mine, peer = (_get(results, m, label) or {}).get("p999"), coredns_best(results, m, "p999")
+            theirs = (_get(results, m, peer) or {}).get("p999") if peer else None
+            pairs.append((m, mine / theirs if mine and theirs else None))
+        text, v = worst(pairs, len(MIXES), "{:.2f}x CoreDNS's")
+        got = [r for _, r in pairs if r is not None]
+        if got:
+            text += f"; above it on {sum(r > 1.0 for r in got)} of {len(got)} mixes"
+        if not cached_coredns:
+            text, v = text + "; CoreDNS with `cache` not measured", None
+        return text, v
+
     for label in MCSDNS:
         if not any(label in d for d in results.get("throughput", {}).values()):
             continue
@@ -162,15 +178,14 @@ def fair_targets(results: dict) -> list[dict]:
             pairs.append((m, a / b if a and b else None))
         text, v = worst(pairs, len(BASE_MIXES), "{:.2f}x")
         add(f"{who}: {FAIR_TARGETS[3]}", text, None if v is None else v <= 1.25)
-        pairs = []
-        for m in MIXES:
-            mine, peer = (_get(results, m, label) or {}).get("p999"), coredns_best(results, m, "p999")
-            theirs = (_get(results, m, peer) or {}).get("p999") if peer else None
-            pairs.append((m, mine / theirs if mine and theirs else None))
-        text, v = worst(pairs, len(MIXES), "{:.2f}x CoreDNS's")
-        if not cached_coredns:
-            text, v = text + "; CoreDNS with `cache` not measured", None
+        text, v = p999_text(label)
         add(f"{who}: {FAIR_TARGETS[4]}", text, None if v is None else v <= 1.0)
+    if fair(results) and any("knot" in d for d in results.get("throughput", {}).values()):
+        # Knot, the C server beside mcsdns, measured against the same target: where it misses too,
+        # the tail at half load is the machine's (scheduler, load generator), not the server's.
+        text, v = p999_text("knot")
+        out.append({"target": f"Knot (reference, not a target): {FAIR_TARGETS[4]}", "measured": text, "met": None,
+                    "reference": True})
     return out
 
 
@@ -183,7 +198,10 @@ def _targets_table(items: list[dict]) -> list[str]:
     """Targets as markdown rows: met "yes", "**no**" or "not measured"."""
     lines = ["| Target | Measured | Met |", "|---|---|---|"]
     for item in items:
-        met = "not measured" if item["met"] is None else ("yes" if item["met"] else "**no**")
+        if item.get("reference"):
+            met = "(reference)"
+        else:
+            met = "not measured" if item["met"] is None else ("yes" if item["met"] else "**no**")
         lines.append(f"| {item['target']} | {item['measured']} | {met} |")
     return lines
 

@@ -112,11 +112,36 @@ def _fair_results() -> dict:
     return {"environment": {"date": "d", "commit": "c", "command": "x"}, "throughput": t}
 
 
+def _targets(results: dict) -> dict[str, dict]:
+    """mcsdns's fair targets by their text (the Knot reference row left out)."""
+    return {t["target"].split(": ", 1)[1]: t for t in report.fair_targets(results) if not t.get("reference")}
+
+
+def test_knot_is_measured_against_the_latency_target_for_reference() -> None:
+    """The p99.9 target's row for Knot says how a C server fares against it on the same machine, and is never
+    counted as a target: its Met column reads "(reference)"."""
+    results = _fair_results()
+    results["throughput"]["aaaa"]["knot"]["p999"] = 0.003  # 2x CoreDNS's better 0.0015 on one mix
+    rows = report.fair_targets(results)
+    (knot,) = [t for t in rows if t.get("reference")]
+    assert knot["target"] == f"Knot (reference, not a target): {report.FAIR_TARGETS[4]}" and knot["met"] is None
+    assert knot["measured"].startswith("2.00x CoreDNS's (highest: aaaa)")
+    assert knot["measured"].endswith(f"above it on 1 of {len(MIXES)} mixes")  # equal on the random-subdomain flood
+    table = report.targets_markdown(results)
+    assert f"| {knot['target']} | {knot['measured']} | (reference) |" in table
+    mine = [t for t in rows if t["target"].startswith("mcsdns") and t["target"].endswith(report.FAIR_TARGETS[4])]
+    assert mine[0]["measured"].endswith(f"above it on 1 of {len(MIXES)} mixes")  # the random-subdomain flood
+    del_knot = copy.deepcopy(results)
+    for cells in del_knot["throughput"].values():
+        del cells["knot"]
+    assert not [t for t in report.fair_targets(del_knot) if t.get("reference")]
+
+
 def test_ratios_and_targets_take_coredns_at_its_better_setting() -> None:
     results = _fair_results()
     assert report.ratio(results, "clusterset_a", "mcsdns", "coredns") == 100_000 / 60_000
     assert report.ratio(results, RANDOM_SUBDOMAIN, "mcsdns", "coredns") == 100_000 / 70_000
-    got = {t["target"].split(": ", 1)[1]: t for t in report.fair_targets(results)}
+    got = _targets(results)
     assert got[report.FAIR_TARGETS[0]]["met"] is False  # 1.43x on the random-subdomain flood
     assert "1.43x" in got[report.FAIR_TARGETS[0]]["measured"] and RANDOM_SUBDOMAIN in got[report.FAIR_TARGETS[0]]["measured"]
     assert got[report.FAIR_TARGETS[1]]["met"] is True  # 1.2x
@@ -127,12 +152,12 @@ def test_ratios_and_targets_take_coredns_at_its_better_setting() -> None:
     del_cache = copy.deepcopy(results)
     for cells in del_cache["throughput"].values():
         del cells["coredns-cache30"]
-    got = {t["target"].split(": ", 1)[1]: t for t in report.fair_targets(del_cache)}
+    got = _targets(del_cache)
     assert got[report.FAIR_TARGETS[0]]["met"] is None and got[report.FAIR_TARGETS[4]]["met"] is None
     # A missing off-cache mix leaves the random-case target unmeasured, not met.
     partial = copy.deepcopy(results)
     del partial["throughput"]["aaaa" + CASE]
-    got = {t["target"].split(": ", 1)[1]: t for t in report.fair_targets(partial)}
+    got = _targets(partial)
     assert got[report.FAIR_TARGETS[1]]["met"] is None
 
 
