@@ -142,6 +142,10 @@ class ClusterProperty:
 
 
 Object = ServiceImport | EndpointSlice | Namespace | ClusterProperty
+# Which object: (namespace, name), namespace "" for the cluster-scoped kinds (Namespace,
+# ClusterProperty). The store, the relist and the watch key objects by it; a service is keyed
+# by (namespace, service name) instead (store.ServiceKey), which a slice's key is not.
+ObjectKey = tuple[str, str]
 
 
 # --------------------------------------------------------------------------- helpers

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Protocol
 
-from .objects import Object, ServiceImport
+from .objects import Object, ObjectKey, ServiceImport
 from .store import Store, key_of
-
-Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces and ClusterProperties
 
 
 class Timer(Protocol):
@@ -52,9 +50,9 @@ class DeleteGrace:
     def __init__(self, seconds: float, call_later: Callable[[float, Callable[[], None]], Timer]) -> None:
         self.seconds = seconds
         self.call_later = call_later
-        self.pending: dict[Key, Timer] = {}  # deleted by the API, still served, with the timer that removes them
+        self.pending: dict[ObjectKey, Timer] = {}  # deleted by the API, still served, with the timer that removes them
 
-    def defer(self, key: Key, remove: Callable[[], None]) -> None:
+    def defer(self, key: ObjectKey, remove: Callable[[], None]) -> None:
         """Run `remove` in `seconds` unless the import is re-created first (a second delete restarts the wait)."""
         self._cancel(key)
         self.pending[key] = self.call_later(self.seconds, lambda: self._over(key, remove))
@@ -67,17 +65,17 @@ class DeleteGrace:
             if isinstance(obj, ServiceImport):
                 self._cancel((obj.namespace, obj.name))
 
-    def swept(self, kind: str, keys: Iterable[Key]) -> None:
+    def swept(self, kind: str, keys: Iterable[ObjectKey]) -> None:
         """A list of `kind` removed `keys` already: their pending removals have nothing left to do."""
         if kind == self.KIND and self.pending:
             for key in keys:
                 self._cancel(key)
 
-    def _over(self, key: Key, remove: Callable[[], None]) -> None:
+    def _over(self, key: ObjectKey, remove: Callable[[], None]) -> None:
         if self.pending.pop(key, None) is not None:
             remove()
 
-    def _cancel(self, key: Key) -> None:
+    def _cancel(self, key: ObjectKey) -> None:
         timer = self.pending.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -90,17 +88,17 @@ class Relist:
         self.store = store
         self.kind = kind
         # The mark: the keys held before the list that no page has listed yet (None: this list sweeps nothing).
-        self.unseen: set[Key] | None = store.keys(kind) if sweep else None
-        self.rejected: set[Key] = set()  # keys the list named but could not use: their last good version stays
+        self.unseen: set[ObjectKey] | None = store.keys(kind) if sweep else None
+        self.rejected: set[ObjectKey] = set()  # keys the list named but could not use: their last good version stays
         self.count = 0  # objects listed
         self.grace = grace
 
-    def page(self, objects: list[Object], rejected: Iterable[Key] = ()) -> None:
+    def page(self, objects: list[Object], rejected: Iterable[ObjectKey] = ()) -> None:
         """Upsert one page now (one notification) and strike its keys off; nothing is deleted yet."""
         self._seen(objects, rejected)
         self.store.upsert(objects)
 
-    def finish(self, objects: list[Object], rejected: Iterable[Key] = ()) -> set[Key]:
+    def finish(self, objects: list[Object], rejected: Iterable[ObjectKey] = ()) -> set[ObjectKey]:
         """The last page, then the sweep: delete every key held before the list that no page held.
 
         One notification covers the last page's writes and the deletes. Returns the keys swept.
@@ -113,7 +111,7 @@ class Relist:
             self.grace.swept(self.kind, gone)
         return gone
 
-    def _seen(self, objects: list[Object], rejected: Iterable[Key]) -> None:
+    def _seen(self, objects: list[Object], rejected: Iterable[ObjectKey]) -> None:
         rejected = set(rejected)
         self.rejected |= rejected
         self.count += len(objects)

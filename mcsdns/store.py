@@ -18,11 +18,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .objects import CLUSTER_ID_PROPERTY, ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport
+from .objects import CLUSTER_ID_PROPERTY, ClusterProperty, EndpointSlice, Namespace, Object, ObjectKey, ServiceImport
 
 log = logging.getLogger(__name__)
 
-ServiceKey = tuple[str, str]  # (namespace, name)
+ServiceKey = tuple[str, str]  # (namespace, service name): a ServiceImport and the slices labelled with its name
 
 
 @dataclass(slots=True)
@@ -103,7 +103,7 @@ class Store:
             self._delete(kind, namespace, name, changes)
         self._emit(changes)
 
-    def keys(self, kind: str) -> set[tuple[str, str]]:
+    def keys(self, kind: str) -> set[ObjectKey]:
         """The keys of `kind` now (a new set: the mark of a relist, see relist.py)."""
         if kind == "ServiceImport":
             return set(self.imports)
@@ -239,7 +239,7 @@ class Store:
             self.listener(changes)
 
 
-def key_of(obj: Object) -> tuple[str, str]:
+def key_of(obj: Object) -> ObjectKey:
     """(namespace, name); namespace "" for the cluster-scoped kinds (as `keys` and `delete` take them)."""
     if isinstance(obj, (Namespace, ClusterProperty)):
         return ("", obj.name)

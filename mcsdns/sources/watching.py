@@ -54,6 +54,7 @@ from ..objects import (
     MCS_GROUP,
     InvalidObject,
     Object,
+    ObjectKey,
     reason_of,
     to_cluster_property,
     to_endpoint_slice,
@@ -95,8 +96,6 @@ BACKOFF_CAP = 30.0  # API server down: retry at least every 30 s
 ABSENT_CAP = 10.0  # missing CRD or permission: a fix (kubectl apply) is picked up within 10 s
 SERVICE_IMPORT_VERSIONS = ("v1beta1", "v1alpha1")  # preference order (project decision 2)
 CLUSTER_PROPERTY_VERSIONS = ("v1", "v1beta1", "v1alpha1")  # KEP-2149's target first; about-api serves the others
-
-Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces
 
 
 # --------------------------------------------------------------------------- resources
@@ -160,7 +159,7 @@ class Listed:
     """
 
     objects: list[Object]
-    keep: frozenset[Key]
+    keep: frozenset[ObjectKey]
     resource_version: str
     whole: bool = False
 
@@ -174,7 +173,7 @@ class ListedPage:
     """
 
     objects: list[Object]
-    keep: frozenset[Key]
+    keep: frozenset[ObjectKey]
     first: bool
 
 
@@ -186,7 +185,7 @@ class Upserted:
 
 @dataclass(frozen=True, slots=True)
 class Deleted:
-    key: Key
+    key: ObjectKey
     arrived: float
 
 
@@ -195,7 +194,7 @@ class Rejected:
     """An object DNS cannot represent; its last good version (if any) stays."""
 
     ref: str  # "ServiceImport ns/name"
-    key: Key
+    key: ObjectKey
     reason: str  # low-cardinality metrics label: the field at fault
     message: str
 
@@ -343,7 +342,7 @@ def rejection_reason(exc: InvalidObject) -> str:
     return reason_of(str(exc))
 
 
-def object_key(raw: Any) -> Key | None:
+def object_key(raw: Any) -> ObjectKey | None:
     meta = raw.get("metadata") if isinstance(raw, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         return None
@@ -364,7 +363,7 @@ class Initial:
     """The initial events of a streamed list read so far: the objects of the page being gathered."""
 
     objects: list[Object] = field(default_factory=list)
-    keep: set[Key] = field(default_factory=set)  # rejected on this page: their last good version stays
+    keep: set[ObjectKey] = field(default_factory=set)  # rejected on this page: their last good version stays
     first: bool = True  # no page handed over yet
 
 
@@ -520,7 +519,7 @@ class Watcher:
         first = True
         for page in ahead(self.pages(path), self.stop, f"list-{self.resource.plural}"):
             objects: list[Object] = []
-            keep: set[Key] = set()
+            keep: set[ObjectKey] = set()
             for raw in page.get("items") or []:
                 obj = self.convert(raw)
                 if isinstance(obj, Rejected):
