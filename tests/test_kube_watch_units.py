@@ -247,34 +247,18 @@ def test_a_streamed_list_forbidden_is_tried_as_pages_that_time() -> None:
     assert [verb for verb, p, q in conn.log if p == path] == ["WATCH", "GET", "WATCH"]
 
 
-def test_a_streamed_list_ended_before_its_end_is_listed_in_pages_that_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The server ended the stream early (its timeoutSeconds, a shutdown): pages this time, a stream next time;
-    after STREAM_LIST_CUTS such ends in a row, pages from then on."""
-    conn = FakeConn()
-    path = NS.path("v1")
-    cut = [{"type": "ADDED", "object": {"metadata": {"name": "ns1", "resourceVersion": "3"}}}]
-    conn.gets[path] += [{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "ns1"}}]}] * 4
-    conn.watches = [cut] * watching.STREAM_LIST_CUTS
-    watcher = Watcher(conn, NS, threading.Event(), watch_list=True)
-    for attempt in range(1, watching.STREAM_LIST_CUTS + 1):
-        listed = take(watcher.list_then_watch(), 1)[0]
-        assert isinstance(listed, Listed) and listed.resource_version == "5" and listed.whole
-        assert watcher.stream_list_cuts == attempt
-        assert watcher.watch_list == (attempt < watching.STREAM_LIST_CUTS)
-    assert isinstance(take(watcher.list_then_watch(), 1)[0], Listed)
-    sent = [verb for verb, p, q in conn.log if p == path]
-    assert sent == ["WATCH", "GET"] * watching.STREAM_LIST_CUTS + ["GET"]
+CUT = [{"type": "ADDED", "object": {"metadata": {"name": "ns1", "resourceVersion": "3"}}}]
+SERVER_ERROR = kubeapi.error_for(500, {"message": "Internal error occurred: streaming is broken", "code": 500})
+ERROR_EVENT = [*CUT, {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd leader changed"}}]
 
 
-@pytest.mark.parametrize("failure", [
-    kubeapi.error_for(500, {"message": "Internal error occurred: streaming is broken", "code": 500}),
-    [{"type": "ADDED", "object": {"metadata": {"name": "ns1", "resourceVersion": "3"}}},
-     {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd leader changed"}}],
-], ids=["500-at-the-start", "error-event-500-before-the-end"])
-def test_a_streamed_list_that_fails_with_a_server_error_is_listed_in_pages_that_time(failure: Any) -> None:
-    """A 5xx before the end marker (a server or proxy that breaks streamed lists) is a list in pages that
-    time, as client-go falls back, not a retry of the same stream forever; after STREAM_LIST_CUTS in a
-    row, pages from then on. A failing page after it is a failed list, as before (backoff, retry)."""
+@pytest.mark.parametrize("failure", [CUT, SERVER_ERROR, ERROR_EVENT],
+                         ids=["ended-before-the-end", "500-at-the-start", "error-event-500-before-the-end"])
+def test_a_streamed_list_cut_or_failed_is_listed_in_pages_that_time(failure: Any) -> None:
+    """The server ended the stream early (its timeoutSeconds, a shutdown), or failed it with a 5xx before
+    the end marker (a server or proxy that breaks streamed lists; client-go falls back to a list too):
+    pages this time, a stream next time, never the same failing stream forever; after STREAM_LIST_CUTS
+    such ends in a row, pages from then on."""
     conn = FakeConn()
     path = NS.path("v1")
     conn.gets[path] += [{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "ns1"}}]}] * 4
@@ -288,6 +272,11 @@ def test_a_streamed_list_that_fails_with_a_server_error_is_listed_in_pages_that_
     assert isinstance(take(watcher.list_then_watch(), 1)[0], Listed)
     assert [verb for verb, p, q in conn.log if p == path] == ["WATCH", "GET"] * watching.STREAM_LIST_CUTS + ["GET"]
 
+
+@pytest.mark.parametrize("failure", [SERVER_ERROR, ERROR_EVENT], ids=["500-at-the-start", "error-event-500"])
+def test_pages_that_fail_after_a_failed_streamed_list_are_a_failed_list(failure: Any) -> None:
+    """A failing page after the fallback is a failed list, as before: a problem, the backoff, another try."""
+    path = NS.path("v1")
     conn = FakeConn()  # the pages fail too: a failed list, retried after the backoff
     conn.gets[path] += [kubeapi.error_for(503, {"message": "unavailable", "code": 503}),
                         {"metadata": {"resourceVersion": "6"}, "items": [{"metadata": {"name": "ns1"}}]}]
