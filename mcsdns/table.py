@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol, TypeVar
 
 from . import compile as zone
-from . import vocab
-from . import reverse
+from . import plain, reverse, vocab
 from .compile import Service
 from .store import Changes, ServiceKey, Store
 from .wire import AA, Body, NameCache, Renderer, encode_labels, soa_record
@@ -139,6 +138,7 @@ class Table:
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
         self._early: set[ServiceKey] = set()  # compiled before the sync, and current (see _compile_early)
         self._pending: set[ServiceKey] = set()  # changed by the last page, compiled after the next
+        self.plain = True  # plain ClusterSetIP services take plain.py's one pass (tests turn it off to compare)
         self._compile_apex()
 
     # ----------------------------------------------------------------- ZoneView
@@ -338,6 +338,14 @@ class Table:
             return
         if self.reverse_zones:
             self._compile_pointers(key, svc)
+        # A plain ClusterSetIP service (most of them): its answers written in one pass (plain.py).
+        fast = plain.answers(svc.imp, self.zones, self.ttl, self.negative) if self.plain else None
+        if fast is not None:
+            for k, body in fast:
+                self.answers[k] = body
+            self.owned[key] = [k for k, _ in fast]
+            self.children.update(parents)
+            return
         keys: list[bytes] = []
         # Per-endpoint names (10 per service and more, rarely asked for a ClusterSetIP service)
         # are compiled on their first query (Resolver -> remember): that keeps the table, and
