@@ -63,10 +63,10 @@ def _objects(seed: int, count: int) -> list:
     return objs
 
 
-def _both(objs: list, zones: tuple[str, ...], ttl: int) -> tuple[Table, Table, int]:
+def _both(objs: list, zones: tuple[str, ...], ttl: int, local: str | None = None) -> tuple[Table, Table, int]:
     """The tables compiled with the one pass and without it, and how many services took the one pass."""
-    fast = build_table(objects=objs, zones=zones, ttl=ttl, synced=True)
-    general = build_table(objects=objs, zones=zones, ttl=ttl, synced=True, compile_changes=False)
+    fast = build_table(objects=objs, zones=zones, ttl=ttl, synced=True, local_cluster=local)
+    general = build_table(objects=objs, zones=zones, ttl=ttl, synced=True, compile_changes=False, local_cluster=local)
     general.plain = False
     for key in general.store.imports:
         general.compile(key)
@@ -76,10 +76,11 @@ def _both(objs: list, zones: tuple[str, ...], ttl: int) -> tuple[Table, Table, i
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("zones", [("clusterset.local",), ("clusterset.local", "mcs.example.org")])
-def test_the_one_pass_writes_what_the_general_compile_writes(seed: int, zones: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("zones,local", [(("clusterset.local",), None), (("clusterset.local", "mcs.example.org"), None),
+                                         (("clusterset.local",), "east")], ids=["one-zone", "two-zones", "local-cluster"])
+def test_the_one_pass_writes_what_the_general_compile_writes(seed: int, zones: tuple[str, ...], local: str | None) -> None:
     objs = _objects(seed, 400)
-    fast, general, taken = _both(objs, zones, ttl=random.Random(seed).choice([0, 5, 30, 3600]))
+    fast, general, taken = _both(objs, zones, random.Random(seed).choice([0, 5, 30, 3600]), local)
     assert taken >= 100, f"only {taken} of 400 services took the one pass: the comparison would prove little"
     assert fast.answers.keys() == general.answers.keys()
     for k, body in general.answers.items():
