@@ -14,9 +14,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shutil
+import socket
+import socketserver
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -149,6 +153,76 @@ def test_a_wrong_ca_is_a_tls_error_not_a_crash(testbed: Testbed, tmp_path: Path)
     path = write(tmp_path / "kubeconfig", cluster, admin(testbed)["users"][0]["user"])
     with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
         get_api(path)
+
+
+@pytest.mark.kube
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # what insecure-skip-tls-verify asks
+def test_tls_server_name_and_insecure_skip_tls_verify(testbed: Testbed, tmp_path: Path) -> None:
+    """The serving certificate names 127.0.0.1 and localhost: tls-server-name is what is checked."""
+    user = admin(testbed)["users"][0]["user"]
+    assert get_api(write(tmp_path / "kubeconfig", dict(admin_cluster(testbed), **{"tls-server-name": "localhost"}),
+                         user))[1]["kind"] == "APIVersions"
+    with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+        get_api(write(tmp_path / "kubeconfig", dict(admin_cluster(testbed), **{"tls-server-name": "elsewhere.example"}),
+                      user))
+    (tmp_path / "other-ca").mkdir()
+    other = base64.b64encode(CertificateAuthority(tmp_path / "other-ca").cert_path.read_bytes()).decode()
+    unverified = dict(admin_cluster(testbed), **{"certificate-authority-data": other, "insecure-skip-tls-verify": True})
+    assert get_api(write(tmp_path / "kubeconfig", unverified, user))[1]["kind"] == "APIVersions"
+
+
+class ConnectProxy:
+    """An HTTP proxy that tunnels (CONNECT), as an https_proxy does; records each tunnel's target."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+        proxy = self
+
+        class Tunnel(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                method, target, _ = self.rfile.readline().decode().split(" ", 2)
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                if method != "CONNECT":
+                    self.wfile.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+                    return
+                proxy.targets.append(target)
+                host, port = target.rsplit(":", 1)
+                with socket.create_connection((host, int(port)), timeout=10) as upstream:
+                    self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    self.wfile.flush()
+                    pair = {self.connection: upstream, upstream: self.connection}
+                    while True:
+                        for ready in select.select(list(pair), [], [], 30)[0]:
+                            data = ready.recv(65536)
+                            if not data:
+                                return
+                            pair[ready].sendall(data)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Tunnel)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.kube
+def test_proxy_url_tunnels_through_the_proxy(testbed: Testbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("no_proxy", "NO_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    proxy = ConnectProxy()
+    try:
+        path = write(tmp_path / "kubeconfig", dict(admin_cluster(testbed), **{"proxy-url": proxy.url}),
+                     admin(testbed)["users"][0]["user"])
+        settings = load_configuration(path, None, False)
+        assert settings.library is None and settings.proxy == proxy.url
+        assert get_api(path)[1]["kind"] == "APIVersions"
+        assert proxy.targets == [f"127.0.0.1:{testbed.apiserver_port}"]
+    finally:
+        proxy.close()
 
 
 @pytest.mark.kube

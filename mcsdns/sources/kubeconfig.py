@@ -7,10 +7,10 @@ cost 0.1-0.3 s of CPU before the first request of every start (its kubeconfig
 module alone pulls in oauthlib, pydantic and dateutil), a fixed cost of the
 initial sync that CoreDNS does not pay.
 
-Everything else -- a user with `exec` or `auth-provider`, several files in
-one --kubeconfig (a KUBECONFIG-style list), a field not read here, a proxy
-with NO_PROXY rules -- is loaded by the library exactly as before, imported
-only then. Which way a configuration took is logged at DEBUG.
+Everything else -- a user with `exec` or `auth-provider`, a field not read
+here, a SOCKS proxy or one with NO_PROXY rules, a --kubeconfig path with a
+`:` (which the library splits into several files) -- is loaded by the
+library exactly as before, imported only then. Which way a configuration took is logged at DEBUG.
 
 Both ways end in the same `ConnectionSettings`, which builds the urllib3
 pool (or asks the library's ApiClient for it) and produces the credentials
