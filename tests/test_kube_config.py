@@ -293,6 +293,8 @@ def test_what_falls_back_to_the_library(tmp_path: Path, caplog: pytest.LogCaptur
      "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority: missing.crt}}]\n", "missing.crt: no such file"),
     ("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
      "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority-data: '@@'}}]\n", "not base64"),
+    ("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+     "clusters: [{name: c, cluster: {server: 'https://h', insecure-skip-tls-verify: 'false'}}]\n", "must be true or false"),
 ])  # fmt: skip
 def test_unusable_kubeconfigs_say_why(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "kubeconfig"

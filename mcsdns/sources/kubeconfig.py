@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import logging
 import os
 import ssl
@@ -29,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import urllib3
 from urllib3.util.ssl_ import create_urllib3_context
@@ -146,32 +147,28 @@ def _load_client_certificate(context: ssl.SSLContext, settings: ConnectionSettin
         context.load_cert_chain(cert, key)
 
 
-class _as_file:
-    """A context manager giving a path for a file setting, or for data written where only we can read it."""
-
-    def __init__(self, path: str | None, data: bytes | None, name: str) -> None:
-        self.path, self.data, self.name = path, data, name
-        self._fd: int | None = None
-        self._temp: str | None = None
-
-    def __enter__(self) -> str | None:
-        if self.path or self.data is None:
-            return self.path
-        memfd = getattr(os, "memfd_create", None)
-        if memfd is not None and os.path.isdir("/proc/self/fd"):
-            self._fd = memfd(f"mcsdns-{self.name}", os.MFD_CLOEXEC)
-            os.write(self._fd, self.data)
-            return f"/proc/self/fd/{self._fd}"
-        fd, self._temp = tempfile.mkstemp(prefix=f"mcsdns-{self.name}-")  # mode 0600
+@contextlib.contextmanager
+def _as_file(path: str | None, data: bytes | None, name: str) -> Iterator[str | None]:
+    """The path of a file setting, or of its data written where only this process can read it."""
+    if path or data is None:
+        yield path
+        return
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None and os.path.isdir("/proc/self/fd"):
+        fd = memfd(f"mcsdns-{name}", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, data)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    fd, temp = tempfile.mkstemp(prefix=f"mcsdns-{name}-")  # mode 0600
+    try:
         with os.fdopen(fd, "wb") as out:
-            out.write(self.data)
-        return self._temp
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-        if self._temp is not None:
-            os.unlink(self._temp)
+            out.write(data)
+        yield temp
+    finally:
+        os.unlink(temp)
 
 
 class TokenFile:
@@ -295,9 +292,12 @@ def _read_kubeconfig(path: Path, context_name: str | None) -> ConnectionSettings
     server = cluster.get("server")
     if not isinstance(server, str) or not server.strip():
         raise KubeConfigError(f"cluster {cluster_name!r} in {path} has no server")
-    base = path.resolve().parent
+    base = Path(os.path.abspath(path)).parent  # as kubectl: the file's directory, symlinks not followed
     settings = ConnectionSettings(host=server.strip().rstrip("/"))
-    settings.verify = not cluster.get("insecure-skip-tls-verify", False)
+    insecure = cluster.get("insecure-skip-tls-verify", False)
+    if not isinstance(insecure, bool):  # the library took any text ("false" too) as true
+        raise KubeConfigError(f"cluster {cluster_name!r} in {path}: insecure-skip-tls-verify must be true or false")
+    settings.verify = not insecure
     settings.tls_server_name = cluster.get("tls-server-name") or None
     settings.proxy = cluster.get("proxy-url") or None
     if settings.host.startswith("https"):
@@ -314,7 +314,7 @@ def _read_kubeconfig(path: Path, context_name: str | None) -> ConnectionSettings
         except OSError as exc:
             raise KubeConfigError(f"user {user_name!r}: cannot read tokenFile {token_path}: {exc.strerror or exc}") from None
     elif "username" in user and "password" in user:
-        basic = base64.b64encode(f"{user['username']}:{user['password']}".encode("latin-1")).decode()
+        basic = base64.b64encode(f"{user['username']}:{user['password']}".encode()).decode()  # UTF-8, as client-go
         settings.credentials = _static(f"Basic {basic}")
     return settings
 
@@ -399,7 +399,7 @@ def _environment_proxies() -> dict[str, str]:
     variables, the lower-case spelling winning, HTTP_PROXY ignored under CGI (REQUEST_METHOD)."""
     proxies: dict[str, str] = {}
     for name, value in os.environ.items():
-        if value and name[-6:].lower() == "_proxy" and name.isupper():
+        if value and name[-6:].lower() == "_proxy":
             proxies[name[:-6].lower()] = value
     if "REQUEST_METHOD" in os.environ:
         proxies.pop("http", None)
