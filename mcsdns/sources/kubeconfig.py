@@ -103,8 +103,10 @@ class ConnectionSettings:
 
         Same settings as the library's: cpu_count * 5 connections per host, the CA (else the
         system's), the client certificate, verification on unless insecure-skip-tls-verify, the
-        TLS server name, a proxy (from proxy-url or the environment). The TLS context is built
-        once, so certificate data is loaded from memory instead of from a temporary file.
+        TLS server name, a proxy (from proxy-url or the environment). Files are given to urllib3 as
+        the library gives them, so each new connection reads them again (a rotated certificate
+        file is picked up); with a *-data field the TLS context is built once here instead, so the
+        certificate and key are loaded from memory rather than from a temporary file.
         """
         if self.library is not None:
             from kubernetes.client import ApiClient
@@ -113,7 +115,10 @@ class ConnectionSettings:
         cert_reqs = ssl.CERT_REQUIRED if self.verify else ssl.CERT_NONE
         args: dict[str, Any] = {"cert_reqs": cert_reqs, "maxsize": (os.cpu_count() or 1) * 5}
         if self.host.startswith("https"):
-            args["ssl_context"] = self._ssl_context(cert_reqs)
+            if self.ca_data or self.cert_data or self.key_data:
+                args["ssl_context"] = self._ssl_context(cert_reqs)
+            else:
+                args.update(ca_certs=self.ca_file, cert_file=self.cert_file, key_file=self.key_file)
         if self.tls_server_name:
             args["server_hostname"] = self.tls_server_name
         if self.proxy:
