@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from kube_server import KubeServer, a, ensure_crd, fqdn, service_import
-from test_kube_incluster import NAMESPACE, deployed_rbac, secrets, valid_token  # noqa: F401 - fixtures
+from test_kube_incluster import deployed_rbac, secrets, valid_token  # noqa: F401 - fixtures
 from mcsdns.sources import kubeconfig
 from mcsdns.sources.kubeapi import ApiConnection, KubeConfigError, Unauthorized, Unreachable, load_configuration
 from testsupport.serverproc import ROOT
