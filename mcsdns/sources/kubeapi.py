@@ -26,9 +26,7 @@ import urllib3
 
 from .. import __version__
 from . import decode
-from .kubeconfig import ConnectionSettings, KubeConfigError, load_settings
-
-__all__ = ["KubeConfigError", "load_configuration", "ApiConnection"]  # KubeConfigError: kubeconfig.py's, re-exported
+from .kubeconfig import ConnectionSettings, KubeConfigError, load_settings  # noqa: F401 - KubeConfigError: re-exported
 
 log = logging.getLogger(__name__)
 
