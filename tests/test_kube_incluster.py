@@ -6,8 +6,8 @@ about it:
 * the pod's view of the file system: `mcsdns serve` starts in a private mount
   namespace (`unshare --mount`) where a tmpfs covers /run (/var/run's target)
   and the service-account volume is bind-mounted, read-only, at
-  /var/run/secrets/kubernetes.io/serviceaccount -- the path the kubernetes
-  client library reads.  The host's /run is never touched;
+  /var/run/secrets/kubernetes.io/serviceaccount -- the path client-go, the
+  kubernetes client library and mcsdns's kubeconfig.py read.  The host's /run is never touched;
 * the volume's content and layout: a real bound ServiceAccount token from the
   TokenRequest API (for the `mcsdns` ServiceAccount that deploy/ binds to the
   project's ClusterRole), the testbed CA as ca.crt, the namespace; written the
@@ -16,9 +16,9 @@ about it:
 * the pod's environment: KUBERNETES_SERVICE_HOST/PORT point at the testbed
   apiserver, whose serving certificate is valid for 127.0.0.1 (verified TLS).
 
-Token rotation: the kubernetes client (37.x) re-reads the token file at most
-once a minute (InClusterConfigLoader's _token_refresh_period), so that test
-takes about 75 s.  Tokens bound to a Secret stop working when the Secret is
+Token rotation: mcsdns re-reads the token file at most once a minute
+(kubeconfig.TOKEN_REFRESH, as client-go and the kubernetes client), so that
+test takes about 75 s.  Tokens bound to a Secret stop working when the Secret is
 deleted: after the refresh period has passed, the token in the file is
 replaced by one bound to a second Secret and the first Secret is deleted;
 the relists that follow (--resync 5s: every few seconds a new list and watch
@@ -50,7 +50,7 @@ from testsupport.serverproc import ROOT, Server, mcsdns_command
 from test_deploy import DEPLOY, NAME, NAMESPACE, Kubectl, cached_binary
 from testsupport.testbed import Testbed
 
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # kubernetes.config.incluster_config
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # kubeconfig.SERVICE_ACCOUNT_DIR
 RUN = os.path.realpath("/var/run")  # /run on Debian: the tmpfs goes over the link's target
 HOST_TOKEN = Path(SERVICE_ACCOUNT_DIR) / "token"
 TMPFS_NAME = "mcsdns-test-pod-run"  # the tmpfs's source name, to look for leftovers in /proc/mounts
@@ -97,11 +97,10 @@ def mount_namespaces() -> None:
 
 
 def token_refresh_period() -> float:
-    """How often the kubernetes client re-reads the token file (60 s in 37.x; a private attribute)."""
-    from kubernetes.config.incluster_config import InClusterConfigLoader
+    """How often mcsdns re-reads the token file (kubeconfig.TOKEN_REFRESH: a minute, as client-go)."""
+    from mcsdns.sources.kubeconfig import TOKEN_REFRESH
 
-    period = getattr(InClusterConfigLoader("", ""), "_token_refresh_period", None)
-    return period.total_seconds() if period is not None else 60.0
+    return TOKEN_REFRESH
 
 
 def host_run_state() -> tuple[list[str], list[str]]:
@@ -303,7 +302,7 @@ def test_in_cluster_service_account_and_token_rotation(
     server = PodServer(testbed, volume, tmp_path / "mcsdns.log", "--resync", "5s")
     with server:
         assert server.own_mount_namespace()
-        # The token the library reads at start-up: logged just after load_configuration.
+        # The token read at start-up: logged just after load_configuration.
         eventually(lambda: "watching the Kubernetes API at" in server.log(), 30, what=server.tail)
         token_read_by = time.time()
         log = server.log()
@@ -396,11 +395,12 @@ def test_in_cluster_token_file_with_a_trailing_newline(
     volume = ServiceAccountVolume(tmp_path / "serviceaccount", testbed.ca.cert_path.read_bytes(), NAMESPACE)
     volume.write(token + "\n")
     testbed.create(service_import(fresh_namespace, "web", ["10.7.2.1"]))
-    with PodServer(testbed, volume, tmp_path / "mcsdns.log") as server:
+    with PodServer(testbed, volume, tmp_path / "mcsdns.log", "--log-level", "DEBUG") as server:
         server.wait_until_ready()
         assert server.answer(fqdn("web", fresh_namespace)) == a("10.7.2.1")
         server.shutdown()
     assert token not in server.log()
+    assert "from the in-cluster service account: read natively" in server.log(), server.tail()
 
 
 def test_auth_header_is_trimmed_and_never_quoted() -> None:

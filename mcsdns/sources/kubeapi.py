@@ -1,9 +1,9 @@
-"""The Kubernetes API as raw JSON over the client library's authenticated pool.
+"""The Kubernetes API as raw JSON over an authenticated urllib3 pool.
 
-The `kubernetes` package is used for two things only: loading a kubeconfig
-(or the in-cluster service account) into a `Configuration`, and building the
-urllib3 pool that carries its TLS client certificate, CA and proxy settings.
-Its model classes are never built: a list of 50k EndpointSlices as models
+The connection settings (server, TLS, proxy, credentials) come from
+kubeconfig.py, which reads the common kubeconfigs and the in-cluster service
+account itself and leaves the rest to the `kubernetes` package. That
+package's model classes are never built: a list of 50k EndpointSlices as models
 costs gigabytes and seconds of CPU, while the JSON dicts read here are turned
 one by one into the small records of objects.py and dropped.
 
@@ -26,6 +26,7 @@ import urllib3
 
 from .. import __version__
 from . import decode
+from .kubeconfig import ConnectionSettings, KubeConfigError, load_settings  # noqa: F401 - KubeConfigError: re-exported
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,6 @@ REQUEST_TIMEOUT = 30.0
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class KubeConfigError(Exception):
-    """The kubeconfig or the in-cluster service account cannot be loaded."""
 
 
 class ApiError(Exception):
@@ -132,24 +129,9 @@ def _describe(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- configuration
 
 
-def load_configuration(kubeconfig: Path | None, context: str | None, in_cluster: bool) -> Any:
-    """A kubernetes.client.Configuration from a kubeconfig file or the service account."""
-    from kubernetes import config as kube_config
-    from kubernetes.client import Configuration
-
-    configuration = Configuration()
-    try:
-        if kubeconfig is not None:
-            kube_config.load_kube_config(
-                config_file=str(kubeconfig), context=context, client_configuration=configuration, persist_config=False
-            )
-        elif in_cluster:
-            kube_config.load_incluster_config(client_configuration=configuration)
-        else:
-            raise KubeConfigError("neither --kubeconfig nor an in-cluster service account is available")
-    except kube_config.ConfigException as exc:
-        raise KubeConfigError(f"cannot load the Kubernetes client configuration: {exc}") from exc
-    return configuration
+def load_configuration(kubeconfig: Path | None, context: str | None, in_cluster: bool) -> ConnectionSettings:
+    """The connection settings of a kubeconfig file or the service account (see kubeconfig.py)."""
+    return load_settings(kubeconfig, context, in_cluster)
 
 
 # --------------------------------------------------------------------------- the connection
@@ -161,13 +143,13 @@ class ApiConnection:
     Thread-safe: urllib3's pool hands each thread its own connection.
     """
 
-    def __init__(self, configuration: Any) -> None:
-        from kubernetes.client import ApiClient
-
-        self.configuration = configuration
-        self.api_client = ApiClient(configuration)
-        self.pool = self.api_client.rest_client.pool_manager
-        self.host = configuration.host.rstrip("/")
+    def __init__(self, settings: ConnectionSettings | Any) -> None:
+        """`settings` from load_configuration, or a kubernetes.client.Configuration."""
+        if not isinstance(settings, ConnectionSettings):
+            settings = ConnectionSettings.from_library(settings)
+        self.settings = settings
+        self.pool = settings.pool()
+        self.host = settings.host.rstrip("/")
         self._auth: dict[str, str] | None = None  # the last credentials sent (see _headers)
 
     def close(self) -> None:
@@ -209,9 +191,10 @@ class ApiConnection:
         return dropped
 
     def _headers(self, accept: str) -> dict[str, str]:
-        """Accept, User-Agent and the bearer token (refreshed by the library's hook, if any).
+        """Accept, User-Agent and the credentials (a token file is re-read as it rotates).
 
-        The in-cluster loader re-reads the token file from inside auth_settings(); if that fails
+        A token file (the service account's, a kubeconfig's tokenFile) is re-read every minute, by
+        kubeconfig.TokenFile or by the library's hook inside auth_settings(); if that fails
         (the file briefly missing or empty while kubelet rewrites it), the last good credentials
         are sent again, as client-go does. Without any, the request fails as Unauthorized: the
         watch retries it with backoff and /ready says why, instead of the watch thread dying.
@@ -219,7 +202,7 @@ class ApiConnection:
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
         try:
             auth = self._credentials()
-        except Exception as exc:  # noqa: BLE001 - the library's hook raises anything
+        except Exception as exc:  # noqa: BLE001 - the library's hook (or a file read) raises anything
             if self._auth is None:
                 raise Unauthorized(f"cannot read the client credentials: {type(exc).__name__}: {exc}") from None
             log.warning("cannot refresh the client credentials (%s: %s); sending the last good ones", type(exc).__name__, exc)
@@ -230,11 +213,8 @@ class ApiConnection:
 
     def _credentials(self) -> dict[str, str]:
         auth: dict[str, str] = {}
-        for setting in self.configuration.auth_settings().values():
-            value = setting.get("value")
-            if setting.get("in") != "header" or not value:
-                continue
-            # The in-cluster loader sends the token file as read ("bearer " + content): a trailing
+        for key, value in self.settings.credentials().items():
+            # A token file is sent as read ("bearer " + content): a trailing
             # newline (a token written by hand or by `kubectl create token > token`) made urllib3
             # raise ValueError with the token in its message, which crashed the watch and logged
             # the credential. Trim it, as client-go does; refuse what still cannot be a header.
@@ -242,10 +222,10 @@ class ApiConnection:
             value = f"{scheme} {credentials.strip()}" if credentials.strip() else scheme
             if not value.isascii() or not value.isprintable():
                 raise KubeConfigError(
-                    f"the {setting['key']} credentials hold control or non-ASCII characters: "
+                    f"the {key} credentials hold control or non-ASCII characters: "
                     "check the service account token file (or the kubeconfig)"
                 )
-            auth[setting["key"]] = value
+            auth[key] = value
         return auth
 
     def open(self, path: str, query: dict[str, Any] | None, accept: str, read_timeout: float) -> Any:
