@@ -1,4 +1,5 @@
-"""Time Table.compile for the two large-service cases of docs/reliability.md (prints figures).
+"""Time Table.compile for the two large-service cases of docs/reliability.md and for a whole
+table of the scale data set, the one-pass compile (plain.py) on and off (prints figures).
 
 usage: python -m benchmarks.compile_cost [repeats]
 """
@@ -8,6 +9,9 @@ import argparse
 import logging
 import time
 
+from benchmarks.dataset import Spec
+from benchmarks.dataset import objects as dataset_objects
+from mcsdns.objects import convert
 from testsupport.inprocess import build_table
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 
@@ -53,7 +57,23 @@ def main():
         answers = table.owned[key]
         print(f"{label}: compile wall min {min(times):.3f} s (max {max(times):.3f}), CPU min {min(cpu):.3f} s, "
               f"over {repeats}; {len(answers)} keys, {sum(len(table.answers[k].body) for k in answers)} body bytes")
-
+    # The initial sync's compile: every service of the scale data set's 10,000 imports (ClusterSetIP
+    # with one port, and the headless ones), as Table._compile_everything compiles them.
+    spec = Spec(imports=10_000)
+    objs = [convert(o) for o in dataset_objects(spec)]
+    for plain in (True, False):
+        table = build_table(objects=objs, compile_changes=False)
+        table.plain = plain
+        keys = list(table.store.imports)
+        cpu = []
+        for _ in range(repeats):
+            c0 = time.process_time()
+            for key in keys:
+                table.compile(key)
+            cpu.append(time.process_time() - c0)
+        print(f"scale data set, {len(keys)} services, one-pass compile {'on' if plain else 'off'}: "
+              f"CPU min {min(cpu):.3f} s over {repeats} ({min(cpu) / len(keys) * 1e6:.1f} us a service); "
+              f"{len(table.answers)} keys")
 
 if __name__ == "__main__":
     main()
