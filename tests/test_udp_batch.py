@@ -189,6 +189,42 @@ def test_a_batch_of_garbage_drops_forwards_and_answers() -> None:
                         sock.close()
 
 
+def test_the_query_log_names_each_datagram_s_own_client(path: str) -> None:
+    """--log-queries with one batch from 6 IPv4 (and 3 IPv6) clients, forwarded queries among them:
+    each line names the address and port of the socket that sent that query."""
+    v6 = has_ipv6_loopback()
+    port = free_port()
+    with Fake() as upstream, ForwardingServer("--log-queries", "--upstream", upstream.addr,
+                                              *(["--listen", f"[::1]:{port}"] if v6 else []), env=PATHS[path]) as server:
+        clients = [udp_client() for _ in range(6)] + ([udp_client(socket.AF_INET6) for _ in range(3)] if v6 else [])
+        expected = {}
+        try:
+            with paused(server):
+                for n in range(4):
+                    for k, sock in enumerate(clients):
+                        q = dns.message.make_query("outside.example." if n == 2 else "web.demo.svc.clusterset.local.", "A")
+                        q.id = 1000 + 10 * k + n
+                        host, sport = sock.getsockname()[:2]
+                        expected[str(q.id)] = f"[{host}]:{sport}" if ":" in host else f"{host}:{sport}"
+                        sock.sendto(q.to_wire(), ("::1", port) if sock.family == socket.AF_INET6 else server.addr)
+            for sock in clients:
+                assert len(collect(sock, 4)) == 4
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                seen = {}
+                for line in server.log().splitlines():
+                    parts = line.split(" ")
+                    if line.startswith("[INFO] ") and len(parts) > 3 and parts[3] in expected:
+                        seen[parts[3]] = parts[1]
+                if len(seen) == len(expected):
+                    break
+                time.sleep(0.1)
+            assert seen == expected
+        finally:
+            for sock in clients:
+                sock.close()
+
+
 def test_a_client_gone_before_its_reply_does_not_stop_the_others(path: str) -> None:
     """Clients that close their sockets before the replies come (ICMP port unreachable for each
     reply) interleaved with one that stays: it gets all its replies, and the server serves on."""
