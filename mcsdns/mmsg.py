@@ -188,30 +188,29 @@ class Batch:
         start = j * SLOT
         self.sbuf[start : start + size] = reply
 
-    def send(self, fd: int, count: int, failed: Any = None) -> int:
-        """Send replies 0..count-1; how many went out. A reply the kernel refuses (a full send
-        buffer, an unreachable client) is skipped and the rest still sent: `failed(j, error)` is
-        called for each reply not sent, with an `Unsupported` error for every one left when the
-        kernel lacks sendmmsg (the caller can still send those one by one)."""
-        sent = start = 0
+    def send(self, fd: int, count: int) -> list[tuple[int, OSError]]:
+        """Send replies 0..count-1; the ones the kernel refused, as (j, error), usually none.
+
+        A refused reply (a full send buffer, an unreachable client, a source port 0) is skipped and
+        the rest still sent. Where the kernel lacks sendmmsg every reply is refused with an
+        `Unsupported` error: the caller can still send those one by one.
+        """
+        refused: list[tuple[int, OSError]] = []
+        start = 0
         while start < count:
             n = self._send_call(fd, ctypes.byref(self._shdr, start * self._hdr_size), count - start, 0)
             if n > 0:
-                sent += n
                 start += n
                 continue
             err = ctypes.get_errno() if n < 0 else errno.EIO
             if err == errno.EINTR:
                 continue
             if err == errno.ENOSYS:
-                for j in range(start, count):
-                    if failed is not None:
-                        failed(j, Unsupported(err, "sendmmsg: not implemented by this kernel"))
-                return sent
-            if failed is not None:
-                failed(start, OSError(err, errno.errorcode.get(err, str(err))))
+                refused += [(j, Unsupported(err, "sendmmsg: not implemented by this kernel")) for j in range(start, count)]
+                break
+            refused.append((start, OSError(err, errno.errorcode.get(err, str(err)))))
             start += 1
-        return sent
+        return refused
 
     def reply(self, j: int) -> bytes:
         """The bytes of reply j as put."""

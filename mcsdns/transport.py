@@ -238,7 +238,8 @@ class DnsServer:
                     self._spawn(self._forward_udp(sock, batch.address(i), where, data, reply, started))
         finally:
             if j:
-                batch.send(fd, j, functools.partial(self._send_failed, sock, where, batch))
+                for failed in batch.send(fd, j):
+                    self._send_failed(sock, where, batch, *failed)
 
     def _send_failed(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, j: int, exc: OSError) -> None:
         """Reply j of a batch did not go out: logged as the plain path logs it, or sent alone if the

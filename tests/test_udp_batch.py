@@ -9,14 +9,17 @@ its next wakeup then finds them all queued, up to 64 per recvmmsg.
 from __future__ import annotations
 
 import asyncio
+import platform
 import random
 import signal
 import socket
 import struct
+import sys
 import time
 from contextlib import contextmanager
 
 import dns.message
+import dns.query
 import dns.rcode
 import dns.rdatatype
 import pytest
@@ -24,7 +27,7 @@ import pytest
 from mcsdns.resolve import Resolver
 from mcsdns.transport import DnsServer
 from testsupport.inprocess import build_table
-from testsupport.serverproc import ROOT, Server, free_port
+from testsupport.serverproc import ROOT, Server, free_port, mcsdns_command
 from tests.upstreams import Fake, ForwardingServer
 
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"  # what `serve` reads without --manifests
@@ -354,3 +357,70 @@ def test_workers_serve_through_the_batched_path() -> None:
         finally:
             for sock in clients:
                 sock.close()
+
+
+# A kernel without recvmmsg/sendmmsg, made real: a seccomp filter (installed by this launcher, kept
+# across exec) makes the listed system calls fail with ENOSYS in the server process.
+MMSG_CALLS = {"x86_64": (0xC000003E, {"recvmmsg": 299, "sendmmsg": 307}),
+              "aarch64": (0xC00000B7, {"recvmmsg": 243, "sendmmsg": 269})}
+WITHOUT_CALLS = """
+import ctypes, errno, os, struct, sys
+arch, numbers, argv = int(sys.argv[1]), [int(n) for n in sys.argv[2].split(",")], sys.argv[3:]
+op = lambda code, k, jt=0, jf=0: struct.pack("HBBI", code, jt, jf, k)
+LD, JEQ, RET, ALLOW, ERRNO = 0x20, 0x15, 0x06, 0x7FFF0000, 0x00050000
+prog = op(LD, 4) + op(JEQ, arch, 1, 0) + op(RET, ALLOW) + op(LD, 0)
+for nr in numbers:
+    prog += op(JEQ, nr, 0, 1) + op(RET, ERRNO | errno.ENOSYS)
+prog += op(RET, ALLOW)
+code = ctypes.create_string_buffer(prog)
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+libc = ctypes.CDLL(None, use_errno=True)
+fprog = Fprog(len(prog) // 8, ctypes.addressof(code))
+if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0):  # NO_NEW_PRIVS; SECCOMP filter
+    sys.exit("seccomp: " + os.strerror(ctypes.get_errno()))
+os.execv(argv[0], argv)
+"""
+
+
+class TcpProbed(Server):
+    """A server whose readiness is probed over TCP: the test's own burst is its first UDP traffic."""
+
+    def _answers(self) -> bool:
+        try:
+            dns.query.tcp(dns.message.make_query("probe.invalid.", "A"), "127.0.0.1", port=self.dns_port, timeout=0.2)
+            return True
+        except Exception:
+            return False
+
+
+@pytest.mark.parametrize("missing", [("recvmmsg", "sendmmsg"), ("sendmmsg",)])
+def test_a_kernel_without_the_calls_gets_the_plain_path(missing: tuple[str, ...]) -> None:
+    """libc has recvmmsg/sendmmsg but the kernel answers ENOSYS (seccomp makes it so here): the
+    listener says so once, goes back to one call per datagram, and no reply is lost on the way
+    (the first batch's replies, refused by sendmmsg, go out one by one)."""
+    if platform.machine() not in MMSG_CALLS:
+        pytest.skip(f"system call numbers of {platform.machine()} not listed here")
+    arch, numbers = MMSG_CALLS[platform.machine()]
+    server = TcpProbed()
+    server.argv = [sys.executable, "-c", WITHOUT_CALLS, str(arch), ",".join(str(numbers[c]) for c in missing),
+                   *mcsdns_command(server.dns_port, server.http_port)]
+    with server:
+        clients = [udp_client() for _ in range(4)]
+        try:
+            with paused(server):
+                for k, sock in enumerate(clients):
+                    for n in range(5):
+                        q = dns.message.make_query("web.demo.svc.clusterset.local.", "A")
+                        q.id = 10 * k + n
+                        sock.sendto(q.to_wire(), server.addr)
+            for k, sock in enumerate(clients):
+                replies = [dns.message.from_wire(w) for w in collect(sock, 5)]
+                assert sorted(r.id for r in replies) == [10 * k + n for n in range(5)]
+                for reply in replies:
+                    check_answer(reply, "web.demo.svc.clusterset.local.", "A")
+            check_answer(server.query("db.demo.svc.clusterset.local."), "db.demo.svc.clusterset.local.", "A")
+        finally:
+            for sock in clients:
+                sock.close()
+        assert server.log().count("recvmmsg/sendmmsg unavailable: UDP on dns://127.0.0.1:") == 1, server.log()
