@@ -241,3 +241,33 @@ class Peer:
 
     def __repr__(self) -> str:
         return repr(self.address())
+
+
+class Burst:
+    """Fixed datagrams sent over and over on a connected socket, many per sendmmsg.
+
+    What a load generator needs to flood a server that itself batches (benchmarks/soak.py's
+    flooder): one call per slice of `packets`, no Python work per datagram.
+    """
+
+    def __init__(self, packets: list[bytes]) -> None:
+        if _CALLS is None:
+            raise Unsupported(errno.ENOSYS, "sendmmsg not available")
+        self._send_call = _CALLS[1]
+        self._keep = [ctypes.create_string_buffer(p, len(p)) for p in packets]
+        self._iov = (_Iovec * len(packets))()
+        self._hdr = (_Mmsghdr * len(packets))()
+        for i, buf in enumerate(self._keep):
+            self._iov[i].iov_base, self._iov[i].iov_len = ctypes.addressof(buf), len(packets[i])
+            self._hdr[i].msg_hdr.msg_iov, self._hdr[i].msg_hdr.msg_iovlen = ctypes.addressof(self._iov[i]), 1
+        self._hdr_size = ctypes.sizeof(_Mmsghdr)
+
+    def send(self, fd: int, start: int, count: int) -> int:
+        """Send packets start..start+count-1 (within the list) on connected `fd`: how many went out.
+        Raises OSError when none did (a full send buffer: BlockingIOError; a refusal reported by an
+        earlier ICMP: ConnectionRefusedError)."""
+        n = self._send_call(fd, ctypes.byref(self._hdr, start * self._hdr_size), count, 0)
+        if n < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, errno.errorcode.get(err, str(err)))
+        return n
