@@ -178,15 +178,21 @@ class Batch:
 
     # ------------------------------------------------------------------ send
 
-    def put(self, j: int, i: int, reply: bytes) -> None:
-        """Reply j of this batch is `reply`, to datagram i's source (j <= i; call in order of j)."""
+    def put(self, j: int, i: int, reply: bytes) -> bool:
+        """Reply j of this batch is `reply`, to datagram i's source (j <= i; call in order of j).
+
+        False, and nothing put, for a reply over 65,535 bytes (no UDP datagram is that big: the
+        caller sends it alone, and gets the kernel's error for it as the plain path does)."""
         size = len(reply)
+        if size > RECV_SIZE:
+            return False
         if j != i:  # close the gap left by datagrams without a reply: slot j's own query is answered
             self.names[j * NAME : (j + 1) * NAME] = self.names[i * NAME : (i + 1) * NAME]
         self._sint[j * _HDR + _NAMELEN] = self._rint[i * _HDR + _NAMELEN]
         self._slen[j * _IOV + _IOVLEN] = size
         start = j * SLOT
         self.sbuf[start : start + size] = reply
+        return True
 
     def send(self, fd: int, count: int) -> list[tuple[int, OSError]]:
         """Send replies 0..count-1; the ones the kernel refused, as (j, error), usually none.

@@ -227,8 +227,10 @@ class DnsServer:
                 except Exception:  # a bug must not stop the listener
                     reply, q = self._panic(data, "UDP"), None
                 if type(reply) is bytes:
-                    put(j, i, reply)
-                    j += 1
+                    if put(j, i, reply):
+                        j += 1
+                    else:
+                        self._send_alone(sock, reply, batch.address(i))
                     if observe:
                         observe(where, peers[i], data, q, reply, started, False)
                 elif reply is None:
@@ -241,6 +243,13 @@ class DnsServer:
                 for failed in batch.send(fd, j):
                     self._send_failed(sock, where, batch, *failed)
 
+    def _send_alone(self, sock: socket.socket, reply: bytes, addr: tuple) -> None:
+        """One reply with sendto, its error logged as the plain loop logs it."""
+        try:
+            sock.sendto(reply, addr)
+        except OSError as exc:
+            log.debug("udp send to %s failed: %s", addr, exc)
+
     def _send_failed(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, j: int, exc: OSError) -> None:
         """Reply j of a batch did not go out: logged as the plain path logs it, or sent alone if the
         kernel has no sendmmsg (and the socket goes back to the plain path)."""
@@ -248,11 +257,7 @@ class DnsServer:
         if isinstance(exc, mmsg.Unsupported):
             if self._batches.get(sock) is batch:
                 self._unbatch(sock, where)
-            try:
-                sock.sendto(batch.reply(j), addr)
-                return
-            except OSError as again:
-                exc = again
+            return self._send_alone(sock, batch.reply(j), addr)
         log.debug("udp send to %s failed: %s", addr, exc)
 
     def _unbatch(self, sock: socket.socket, where: Listener) -> None:

@@ -24,11 +24,12 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
+from mcsdns import mmsg
 from mcsdns.resolve import Resolver
 from mcsdns.transport import DnsServer
 from testsupport.inprocess import build_table
 from testsupport.serverproc import ROOT, Server, free_port, mcsdns_command
-from tests.upstreams import Fake, ForwardingServer
+from upstreams import Fake, ForwardingServer
 
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"  # what `serve` reads without --manifests
 PATHS = {"batched": {}, "plain": {"MCSDNS_UDP": "plain"}}
@@ -332,6 +333,38 @@ def test_the_batched_path_sends_the_plain_path_s_bytes() -> None:
         return by_id
 
     assert asyncio.run(replies(True)) == asyncio.run(replies(False))
+
+
+def test_a_batch_reads_what_recvfrom_reads_and_sends_what_it_is_given() -> None:
+    """mmsg.Batch on real loopback sockets: each datagram's bytes (an empty one and a 65,000-byte
+    one too) and source tuple as recvfrom gives them (IPv4 and IPv6), replies to those sources; a
+    reply too big for any UDP datagram is refused by put(), not written over the next slot."""
+    families = [socket.AF_INET] + ([socket.AF_INET6] if has_ipv6_loopback() else [])
+    for family in families:
+        host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+        with socket.socket(family, socket.SOCK_DGRAM) as srv, udp_client(family) as a, udp_client(family) as b:
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            srv.bind((host, 0))
+            srv.setblocking(False)
+            payloads = [(a, b"one"), (b, b""), (a, b"x" * 65000), (b, b"four")]
+            for sock, payload in payloads:
+                sock.sendto(payload, srv.getsockname())
+            batch = mmsg.Batch(8)
+            try:
+                deadline = time.monotonic() + 5
+                n = 0
+                while n == 0 and time.monotonic() < deadline:
+                    n = batch.recv(srv.fileno())
+                assert n == len(payloads)
+                assert [batch.data(i) for i in range(n)] == [p for _, p in payloads]
+                assert [batch.address(i) for i in range(n)] == [s.getsockname() for s, _ in payloads]
+                assert batch.put(0, 1, b"to b") and batch.put(1, 3, b"to b again") and batch.put(2, 2, b"to a")
+                assert not batch.put(3, 3, b"y" * 65536)
+                assert batch.send(srv.fileno(), 3) == []
+            finally:
+                batch.close()
+            assert collect(b, 2) == [b"to b", b"to b again"]
+            assert collect(a, 1) == [b"to a"]
 
 
 def test_workers_serve_through_the_batched_path() -> None:
