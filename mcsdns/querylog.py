@@ -87,7 +87,11 @@ errors = RateLimitedLog(logging.getLogger("mcsdns.errors"))
 
 
 def client_text(addr: Any) -> str:
-    """`{remote}:{port}` as CoreDNS prints it: IPv6 in brackets."""
+    """`{remote}:{port}` as CoreDNS prints it: IPv6 in brackets.
+
+    `addr` is a recvfrom-style tuple, or the batched UDP path's lazy `mmsg.Peer` (made a tuple here)."""
+    if not isinstance(addr, tuple) and hasattr(addr, "address"):
+        addr = addr.address()
     if isinstance(addr, tuple) and len(addr) >= 2:
         host, port = addr[0], addr[1]
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

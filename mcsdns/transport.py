@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import socket
 import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
+from . import mmsg
 from .querylog import errors
 from .resolve import Forward, LocalReply, Resolver, forward_failed, not_forwarding
 from .vocab import FORMERR  # noqa: F401 (re-exported, as before)
@@ -33,6 +35,8 @@ UDP_BATCH = 64  # datagrams drained per wakeup before letting other work run
 # rate. Not more: under sustained overload a deeper queue only answers queries later, after the
 # client gave up. Bounded either way: a flood costs at most this much queued memory.
 UDP_RCVBUF = 1 << 20
+# MCSDNS_UDP=plain: one recvfrom/sendto per datagram even where recvmmsg/sendmmsg exist (to compare both paths).
+UDP_PLAIN_ENV = "MCSDNS_UDP"
 
 
 @dataclass(eq=False, slots=True)
@@ -45,7 +49,11 @@ class Listener:
 
 
 class Observer(Protocol):
-    """Called once per packet: `q` is the resolver's parsed query (None if unreadable), `reply` None if dropped."""
+    """Called once per packet: `q` is the resolver's parsed query (None if unreadable), `reply` None if dropped.
+
+    `client` is the source address: a (host, port) tuple, or on the batched UDP path an `mmsg.Peer`
+    whose `address()` gives that tuple, valid during the call only (querylog.client_text reads both).
+    """
 
     def __call__(self, where: Listener, client: Any, query: bytes, q: Query | None, reply: bytes | None,
                  started: float, forwarded: bool) -> None: ...
@@ -71,13 +79,20 @@ class DnsServer:
         observe: Observer | None = None,
         tcp_limits: TcpLimits | None = None,
         reuse_port: bool = False,
+        batch_udp: bool | None = None,
     ) -> None:
+        """`batch_udp`: receive and send UDP in batches (recvmmsg/sendmmsg); None: where libc has
+        them, unless the environment says MCSDNS_UDP=plain."""
+        if batch_udp is None:
+            batch_udp = os.environ.get(UDP_PLAIN_ENV, "").lower() != "plain"
+        self.batch_udp = batch_udp and mmsg.available()
         self.resolver = resolver
         self.forward = forward
         self.observe = observe
         self.tcp_limits = tcp_limits or TcpLimits()
         self.reuse_port = reuse_port
         self._udp: list[socket.socket] = []
+        self._batches: dict[socket.socket, mmsg.Batch] = {}
         self._tcp: list[asyncio.AbstractServer] = []
         self._tcp_conns: set[asyncio.StreamWriter] = set()
         self._inflight: set[asyncio.Task] = set()
@@ -110,11 +125,17 @@ class DnsServer:
         except OSError:
             udp.close()
             raise
-        loop.add_reader(udp.fileno(), self._on_udp, udp, Listener(label, "udp", fam))
+        where = Listener(label, "udp", fam)
+        if self.batch_udp:
+            batch = self._batches[udp] = mmsg.Batch(UDP_BATCH)
+            loop.add_reader(udp.fileno(), self._on_udp_batch, udp, where, batch)
+        else:
+            loop.add_reader(udp.fileno(), self._on_udp, udp, where)
         self._udp.append(udp)
         self._tcp.append(server)
         self.addresses.append((host, actual))
-        log.info("listening for DNS on %s (udp, tcp)", _fmt(host, actual))
+        log.info("listening for DNS on %s (udp%s, tcp)", _fmt(host, actual),
+                 " batched: recvmmsg/sendmmsg" if udp in self._batches else "")
         return host, actual
 
     def stop_accepting(self) -> None:
@@ -136,6 +157,9 @@ class DnsServer:
         for udp in self._udp:
             udp.close()
         self._udp.clear()
+        for batch in self._batches.values():
+            batch.close()
+        self._batches.clear()
 
     # ----------------------------------------------------------------- UDP
 
@@ -167,6 +191,82 @@ class DnsServer:
                     observe(where, addr, data, q, None, started, False)
             else:
                 self._spawn(self._forward_udp(sock, addr, where, data, reply, started))
+
+    def _on_udp_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch) -> None:
+        """`_on_udp` with one recvmmsg for up to UDP_BATCH datagrams and one sendmmsg for their replies.
+
+        The same decisions per datagram, in the same order; replies go out together after the batch
+        is resolved (also when an observer raises), each to the address its query came from.
+        """
+        fd = sock.fileno()
+        for _ in range(UDP_BATCH):  # receive errors are skipped as the plain loop skips them
+            try:
+                n = batch.recv(fd)
+                break
+            except mmsg.Unsupported:
+                self._unbatch(sock, where)
+                return self._on_udp(sock, where)
+            except InterruptedError:
+                return
+            except OSError as exc:
+                log.debug("udp receive error: %s", exc)
+        else:
+            return
+        resolve = self.resolver.resolve
+        observe = self.observe
+        peers = batch.peers
+        put = batch.put
+        data_of = batch.data
+        j = 0
+        try:
+            for i in range(n):
+                data = data_of(i)
+                started = time.perf_counter() if observe else 0.0
+                try:
+                    reply, q = resolve(data, False)
+                except Exception:  # a bug must not stop the listener
+                    reply, q = self._panic(data, "UDP"), None
+                if type(reply) is bytes:
+                    if put(j, i, reply):
+                        j += 1
+                    else:
+                        self._send_alone(sock, reply, batch.address(i))
+                    if observe:
+                        observe(where, peers[i], data, q, reply, started, False)
+                elif reply is None:
+                    if observe:
+                        observe(where, peers[i], data, q, None, started, False)
+                else:
+                    self._spawn(self._forward_udp(sock, batch.address(i), where, data, reply, started))
+        finally:
+            if j:
+                for failed in batch.send(fd, j):
+                    self._send_failed(sock, where, batch, *failed)
+
+    def _send_alone(self, sock: socket.socket, reply: bytes, addr: tuple) -> None:
+        """One reply with sendto, its error logged as the plain loop logs it."""
+        try:
+            sock.sendto(reply, addr)
+        except OSError as exc:
+            log.debug("udp send to %s failed: %s", addr, exc)
+
+    def _send_failed(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, j: int, exc: OSError) -> None:
+        """Reply j of a batch did not go out: logged as the plain path logs it, or sent alone if the
+        kernel has no sendmmsg (and the socket goes back to the plain path)."""
+        addr = batch.sent_address(j)
+        if isinstance(exc, mmsg.Unsupported):
+            if self._batches.get(sock) is batch:
+                self._unbatch(sock, where)
+            return self._send_alone(sock, batch.reply(j), addr)
+        log.debug("udp send to %s failed: %s", addr, exc)
+
+    def _unbatch(self, sock: socket.socket, where: Listener) -> None:
+        """The kernel lacks recvmmsg/sendmmsg (ENOSYS): this socket reads with the plain loop from now on."""
+        log.info("recvmmsg/sendmmsg unavailable: UDP on %s uses one system call per datagram", where.server)
+        self._batches.pop(sock, None)  # its buffers go with the last reference (a send may still use them)
+        loop = asyncio.get_event_loop()
+        loop.remove_reader(sock.fileno())
+        loop.add_reader(sock.fileno(), self._on_udp, sock, where)
 
     def _panic(self, data: bytes, proto: str) -> bytes | None:
         """The resolver raised: count it like CoreDNS counts a recovered panic, log (rate-limited), SERVFAIL."""
