@@ -19,9 +19,10 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from .objects import ServiceImport
+from .compile import LOCAL_PRIORITY
+from .objects import PROTOCOLS, ServiceImport
 from .vocab import AAAA, CLASS_IN, NOERROR, SRV, A
-from .wire import AA, RR_FIXED, SRV_FIXED, Body, _address_record, encode_labels, pointer
+from .wire import _QUESTION, AA, RR_FIXED, SRV_FIXED, Body, _address_record, encode_labels, pointer
 
 # Beyond this many IPs or ports the general path compiles the service (the answers stay far from
 # any size limit here, so no record is ever cut: see REPLY_RECORDS_MAX and MAX_TCP there).
@@ -29,18 +30,15 @@ MAX_IPS = 32
 MAX_PORTS = 32
 # Port names that make a `_name._protocol` label as they are (IANA service names, any case).
 _PORT_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
-_PROTOCOLS = frozenset({"tcp", "udp", "sctp"})
-_QUESTION = b"\xc0\x0c"
-_TYPES = {A: b"\x00\x01\x00\x01", AAAA: b"\x00\x1c\x00\x01", SRV: b"\x00\x21\x00\x01"}
-_LOCAL_PRIORITY = 0  # compile.LOCAL_PRIORITY: a ClusterSetIP entry is never remote
 
 Negative = Callable[[int, int], Body]  # Table.negative: (rcode, zone_at) -> the shared NODATA/NXDOMAIN body
 
 
 def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Negative
-            ) -> list[tuple[bytes, Body]] | None:
-    """(lookup key, body) of every compiled question of `imp` in the order Table.compile keeps them,
-    or None when the import is not plain (the general path compiles it).
+            ) -> list[tuple[bytes, int, Body]] | None:
+    """(name in wire form, lower case; question type; body) of every compiled question of `imp`, in
+    the order Table.compile keeps them, or None when the import is not plain (the general path
+    compiles it).
 
     `zones` are the table's zones in wire form; `negative` gives the shared NODATA body."""
     if imp.headless or not imp.ips or not imp.ports or len(imp.ips) > MAX_IPS or len(imp.ports) > MAX_PORTS:
@@ -52,7 +50,7 @@ def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Ne
         if port.port < 0:
             return None
         if port.name and port.protocol:  # a `_name._protocol` name (compile.service_names)
-            if not (_PORT_NAME.match(port.name) and port.protocol.lower() in _PROTOCOLS and len(port.name) < 63):
+            if not (_PORT_NAME.match(port.name) and port.protocol.upper() in PROTOCOLS and len(port.name) < 63):
                 return None
             groups.setdefault((port.name.lower(), port.protocol.lower()), []).append(port.port)
     if imp.name != imp.name.lower() or imp.namespace != imp.namespace.lower():
@@ -70,7 +68,7 @@ def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Ne
     a_records = [_address_record(A, ttl, ip) for ip in v4]
     aaaa_records = [_address_record(AAAA, ttl, ip) for ip in v6]
     glue = [_address_record(AAAA if ip in v6 else A, ttl, ip) for ip in dict.fromkeys(imp.ips)]
-    out: list[tuple[bytes, Body]] = []
+    out: list[tuple[bytes, int, Body]] = []
     for rel, ports in names:
         weight = max(1, 100 // (len(imp.ips) * len(ports)))
         numbers = list(dict.fromkeys(ports))
@@ -82,7 +80,7 @@ def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Ne
                     body = _addresses(records, zone_at) if records else negative(NOERROR, zone_at)
                 else:
                     body = _srv(numbers, weight, base, zone, ttl, glue, 12 + len(lname) + 4, zone_at)
-                out.append((lname + _TYPES[qtype], body))
+                out.append((lname, qtype, body))
     return out
 
 
@@ -110,7 +108,7 @@ def _srv(numbers: list[int], weight: int, spelled: bytes, zone: bytes, ttl: int,
         body += _QUESTION
         slots.append(len(body) + 16 + len(spelled))  # where the zone is spelled, to re-case per query
         body += fixed
-        body += SRV_FIXED.pack(_LOCAL_PRIORITY, weight, number)
+        body += SRV_FIXED.pack(LOCAL_PRIORITY, weight, number)  # a ClusterSetIP entry is never remote
         body += rdata
         ends.append(len(body))
     owner = pointer(at_body + 2 + 16)  # the first record's target

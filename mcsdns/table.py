@@ -341,9 +341,11 @@ class Table:
         # A plain ClusterSetIP service (most of them): its answers written in one pass (plain.py).
         fast = plain.answers(svc.imp, self.zones, self.ttl, self.negative) if self.plain else None
         if fast is not None:
-            for k, body in fast:
+            owned = self.owned[key] = []
+            for lname, qtype, body in fast:
+                k = lname + QTYPE_IN[qtype]
                 self.answers[k] = body
-            self.owned[key] = [k for k, _ in fast]
+                owned.append(k)
             self.children.update(parents)
             return
         keys: list[bytes] = []

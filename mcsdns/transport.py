@@ -278,10 +278,7 @@ class DnsServer:
     async def _forward_udp(self, sock, addr, where: Listener, data: bytes, fwd: Forward, started: float) -> None:
         reply = await self._forwarded(fwd, False)
         if reply is not None:
-            try:
-                sock.sendto(reply, addr)
-            except OSError as exc:
-                log.debug("udp send to %s failed: %s", addr, exc)
+            self._send_alone(sock, reply, addr)
         if self.observe:
             self.observe(where, addr, data, fwd.query, reply, started, True)
 
