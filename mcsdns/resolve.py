@@ -13,8 +13,9 @@ answered) are decided here too: `Resolver.panicked`, `not_forwarding`,
 
 Two bounded caches sit in front of that, both emptied whenever the table's
 generation changes (any change to the data bumps it, and the SOA serial with
-it) and both bypassed while the sources are not synced (when NXDOMAIN must
-become SERVFAIL):
+it) and both filled only once the sources are synced (before, NXDOMAIN must
+become SERVFAIL). A hit needs no check of that: a store that synced never
+stops being synced (`Store.synced_all`):
 
 * the packet cache maps a UDP query's bytes after the ID to its reply's
   bytes after the ID. A reply is a pure function of those bytes and the
@@ -51,6 +52,7 @@ from .wire import (
     Malformed,
     QR,
     RD,
+    REUSED,
     Query,
     address_run,
     assemble,
@@ -78,6 +80,21 @@ _ONE_OPT = b"\x00\x01\x00\x00\x00\x00\x00\x01"
 _OPT_HEAD = b"\x00\x00\x29"  # the root (owner) and type OPT
 _OPT_DO = b"\x00\x00\x80\x00\x00\x00"  # a reply OPT's TTL (extended rcode 0, version 0, DO or not) and length 0
 _OPT_NO_DO = b"\x00\x00\x00\x00\x00\x00"
+
+
+def _absent_heads() -> tuple[bytes, ...]:
+    """Header bytes 2-11 of `Resolver._absent_child`'s replies, at (RD) | (CD: 0x10) | (2: NODATA, the
+    SOA question; else NXDOMAIN) | (4: with an OPT record): the flags the query's RD and CD decide,
+    one question, no answer, the SOA, and the OPT if any."""
+    heads = [b""] * 32
+    for at in range(32):
+        rcode = vocab.NOERROR if at & 2 else vocab.NXDOMAIN
+        flags = QR | AA | (RD if at & 1 else 0) | (CD if at & 0x10 else 0) | rcode
+        heads[at] = HEADER.pack(0, flags, 1, 0, 1, 1 if at & 4 else 0)[2:]
+    return tuple(heads)
+
+
+_ABSENT_HEADS = _absent_heads()
 
 
 class LocalReply(bytes):
@@ -164,20 +181,21 @@ class Resolver:
             return self._handle(data, True)
         exact = data[2:]
         hit = self._packets.get(exact)
-        if hit is not None and table.synced:
+        if hit is not None:  # (filled only while synced, and a store never stops being synced: no check)
             return data[:2] + hit, self._packet_queries[exact]
         # The `_folded` key, and where the question ends (None: the packet's end); inline, as a call
         # would cost a tenth of a folded hit:
         counts = data[4:12]
         if counts == _PLAIN and data[2] < 8:
-            folded, end = exact.lower(), None
+            folded = lowered = exact.lower()
+            end = None
         elif counts == _ONE_OPT and data[2] < 8 and data[-11:-8] == _OPT_HEAD:
-            folded, end = data[2:-11].lower() + data[-11:], -11
+            folded, end, lowered = data[2:-11].lower() + data[-11:], -11, None
         else:
-            folded = end = None
+            folded = end = lowered = None
         if folded is not None and folded != exact:
             hit = self._folded.get(folded)
-            if hit is not None and table.synced:
+            if hit is not None:
                 zone = hit[2]
                 if zone is None:
                     return data[:2] + hit[0] + data[12:end] + hit[1], self._folded_queries[folded]
@@ -186,7 +204,9 @@ class Resolver:
             folded = None
         self._spelled = None
         self._keep = True
-        outcome = self._handle(data, False)
+        # A plain query (a QUERY of one question: `_handle`'s checks hold) goes straight to the lanes
+        # with its question lower-cased above.
+        outcome = self._handle(data, False) if lowered is None else self._lanes(data, len(data), lowered[10:], False)
         reply, q = outcome
         if type(reply) is not bytes or q is None:
             return outcome
@@ -261,6 +281,7 @@ class Resolver:
         if len(self._packets) + len(self._folded) >= PACKET_CACHE_ENTRIES or self._packet_bytes > PACKET_CACHE_BYTES:
             self._clear_packets()
             self._packet_bytes = size
+        q.tally = REUSED  # every hit returns this object with the same reply: observers may precompute
         if folded:
             self._folded[key] = entry  # type: ignore[assignment]
             self._folded_queries[key] = q
@@ -291,47 +312,54 @@ class Resolver:
         if data[2] & 0x78:
             return error_reply(data, NOTIMP), None  # only opcode QUERY is implemented
         counts = data[4:12]
-        table = self.table
-        # If the question, lower-cased, is a compiled key, it is a valid question (see `_PLAIN`), so
-        # the parse is skipped. This is what keeps a name asked in a new letter case (a new packet)
-        # close to a cached reply's cost.
         if counts == _PLAIN:
-            end = len(data)
-            key = data[12:].lower()
-            body = table.answers.get(key)
-            if body is not None:
-                q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4],
-                          (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
-                return self.reply(q, body, MAX_TCP if tcp else MAX_UDP), q
-        elif counts == _ONE_OPT and data[-11:-8] == _OPT_HEAD and data[-2:] == b"\x00\x00" and not data[-5]:
+            return self._lanes(data, len(data), data[12:].lower(), tcp)
+        if counts == _ONE_OPT and data[-11:-8] == _OPT_HEAD and data[-2:] == b"\x00\x00" and not data[-5]:
             end = len(data) - 11  # an OPT record without options, version 0, after the question
-            key = data[12:end].lower()
-            body = table.answers.get(key)
-            if body is not None:
+            return self._lanes(data, end, data[12:end].lower(), tcp)
+        return self._parsed(data, tcp)
+
+    def _lanes(self, data: bytes, end: int, key: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
+        """`_handle` for a QUERY of one question and nothing else, or then an OPT record without
+        options, version 0 (`end`: where the question ends); `key`: the question lower-cased.
+
+        If that is a compiled key, it is a valid question (see `_PLAIN`), so the parse is skipped.
+        This is what keeps a name asked in a new letter case (a new packet) close to a cached
+        reply's cost.
+        """
+        table = self.table
+        body = table.answers.get(key)
+        if body is not None:
+            if end != len(data):
                 return self._edns_lane(data, end, key, body, tcp)
-        else:
-            end = 0
-        if end:
-            # A name that cannot exist, told from the raw question (`Table.children`): one label below
-            # a compiled service, or `<service>.<namespace>.svc.<zone>` of a service that is not
-            # compiled (no such import, or its namespace is not exposed). `_uncompiled` answers both
-            # NXDOMAIN for every type but SOA (NODATA, D5) after `Table.absent`; a valid question,
-            # for the same reason as above, and `children` holds only zones `zone_of` maps them to.
-            first = key[0] if key else 0
-            if 0 < first < 64 and len(key) <= 259 and data[end - 2 : end] == b"\x00\x01" and table.synced:
-                children = table.children
-                zone_len = children.get(key[first + 1 : -4])
-                if zone_len is None:
-                    at = first + 1
-                    second = key[at] if at < len(key) else 0
-                    if 0 < second < 64:
-                        zone_len = table.svc_suffixes.get(key[at + second + 1 : -4])
-                        if zone_len is not None and key[:-4] in children:
-                            zone_len = None  # a compiled service, asked a type not compiled: the zone logic
-                if zone_len is not None:
-                    qtype = (data[end - 4] << 8) | data[end - 3]
-                    if qtype != AXFR and qtype != IXFR and (table.dnssd is None or not table.dnssd.exists(key[:-4])):
-                        return self._absent_child(data, end, key, zone_len, qtype)
+            q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4],
+                      (key[-4] << 8) | key[-3], (key[-2] << 8) | key[-1])
+            return self.reply(q, body, MAX_TCP if tcp else MAX_UDP), q
+        # A name that cannot exist, told from the raw question (`Table.children`): one label below
+        # a compiled service, or `<service>.<namespace>.svc.<zone>` of a service that is not
+        # compiled (no such import, or its namespace is not exposed). `_uncompiled` answers both
+        # NXDOMAIN for every type but SOA (NODATA, D5) after `Table.absent`; a valid question,
+        # for the same reason as above, and `children` holds only zones `zone_of` maps them to.
+        first = key[0] if key else 0
+        if 0 < first < 64 and len(key) <= 259 and key[-2:] == b"\x00\x01" and table.synced:
+            children = table.children
+            zone_len = children.get(key[first + 1 : -4])
+            if zone_len is None:
+                at = first + 1
+                second = key[at] if at < len(key) else 0
+                if 0 < second < 64:
+                    zone_len = table.svc_suffixes.get(key[at + second + 1 : -4])
+                    if zone_len is not None and key[:-4] in children:
+                        zone_len = None  # a compiled service, asked a type not compiled: the zone logic
+            if zone_len is not None:
+                qtype = (data[end - 4] << 8) | data[end - 3]  # as sent: lower() would turn type 65 (HTTPS) into 97
+                if qtype != AXFR and qtype != IXFR and (table.dnssd is None or not table.dnssd.exists(key[:-4])):
+                    return self._absent_child(data, end, key, zone_len, qtype)
+        return self._parsed(data, tcp)
+
+    def _parsed(self, data: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
+        """`_handle` for what no lane answers: the full parse, then the compiled answers, the negative
+        cache, or the zone logic."""
         try:
             q = parse_query(data)
         except (Malformed, struct.error):
@@ -344,7 +372,7 @@ class Resolver:
         if body is not None:
             return self.reply(q, body, limit), q
         body = self._negative.get(key)
-        if body is not None and self.table.synced:
+        if body is not None:
             return self.reply(q, body, limit), q
         return self._uncompiled(q, limit, key), q
 
@@ -361,19 +389,15 @@ class Resolver:
         the header, the question as sent, the zone's SOA pointing into it, the OPT echoed.
         Never truncated (at most 12 + 259 + 54 + 11 bytes); cached on second sight, as in `_uncompiled`."""
         self._keep = False
-        table = self.table
-        rcode = vocab.NOERROR if qtype == vocab.SOA else vocab.NXDOMAIN
         flags = (data[2] << 8) | data[3]
         q = Query(data, (data[0] << 8) | data[1], flags, end, key[:-4], qtype, CLASS_IN)
-        zone_at = 8 + len(key) - zone_len
-        soa = table.soa(zone_at)
+        soa = self.table.soa(8 + len(key) - zone_len)
+        at = (data[2] & 1) | (data[3] & 0x10) | (2 if qtype == vocab.SOA else 0)  # RD, CD, NODATA
         if end == len(data):
-            head = HEADER.pack(q.id, QR | AA | (flags & (RD | CD)) | rcode, 1, 0, 1, 0)
-            return head + data[12:] + soa, q
+            return b"".join((data[:2], _ABSENT_HEADS[at], data[12:], soa)), q
         payload = (data[-8] << 8) | data[-7]
         q.edns, q.udp_size, q.payload, q.do = True, payload if payload > MAX_UDP else MAX_UDP, payload, data[-4] >= 0x80
-        head = HEADER.pack(q.id, QR | AA | (flags & (RD | CD)) | rcode, 1, 0, 1, 1)
-        return head + data[12:end] + soa + data[-11:-6] + (_OPT_DO if q.do else _OPT_NO_DO), q
+        return data[:2] + _ABSENT_HEADS[at | 4] + data[12:end] + soa + data[-11:-6] + (_OPT_DO if q.do else _OPT_NO_DO), q
 
     def _remember_negative(self, key: bytes, body: Body) -> None:
         """NXDOMAIN or NODATA for `key`: the same body until the table changes (bounded)."""
@@ -531,9 +555,15 @@ class RoundRobinResolver(Resolver):
         self._runs: dict[bytes, tuple[int, int, _Run | _SplitRun | None]] = {}
         self._rotated: _Run | None = None  # the run the last reply() rotated, for the packet cache
 
-    def _handle(self, data: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
+    # Every reply not from the packet cache comes from one of these two (`_handle` calls them, and
+    # `resolve` calls `_lanes` directly): each starts with no rotation noted.
+    def _lanes(self, data: bytes, end: int, key: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
         self._rotated = None
-        return Resolver._handle(self, data, tcp)
+        return Resolver._lanes(self, data, end, key, tcp)
+
+    def _parsed(self, data: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
+        self._rotated = None
+        return Resolver._parsed(self, data, tcp)
 
     def _store(self, folded: bool, key: bytes, size: int, reply: bytes, entry: object, q: Query) -> None:
         """`Resolver.resolve`'s hook: a reply whose addresses rotated is kept under its exact bytes as a

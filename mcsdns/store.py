@@ -60,8 +60,12 @@ class Store:
         # ClusterProperties by name (read only with --local-cluster auto); never required for sync:
         # without one the answers are the same sets, only not ordered by locality.
         self.properties: dict[str, str] = {}
-        self.synced: set[str] = set()  # kinds whose initial list completed
+        self.synced: set[str] = set()  # kinds whose initial list completed (only ever grows)
         self.required: set[str] = set(KINDS)
+        # Every kind a source watches has completed its initial list (decision 10). Once True it stays
+        # True (kinds are only added to `synced`): the resolver's caches, filled only while synced,
+        # rely on it. A plain attribute, as the query path reads it.
+        self.synced_all = False
         self.listener = listener
         self._warned_clusterless: set[ServiceKey] = set()
 
@@ -113,14 +117,10 @@ class Store:
             return {("", n) for n in self.properties}
         return {("", n) for n in self.namespaces}
 
-    @property
-    def synced_all(self) -> bool:
-        """Every kind a source watches has completed its initial list (decision 10)."""
-        return self.required <= self.synced
-
     def mark_synced(self, kind: str) -> None:
         was = self.synced_all
         self.synced.add(kind)
+        self.synced_all = self.required <= self.synced
         if not was and self.synced_all:
             self._emit(Changes(synced=True))
 
@@ -159,7 +159,8 @@ class Store:
         if state["properties"] is not None:
             self.properties = state["properties"]
         was = self.synced_all
-        self.synced = state["synced"]
+        self.synced = self.synced | set(state["synced"])  # the supervisor's only grows too: never unsynced
+        self.synced_all = self.required <= self.synced
         return Changes(services=set(state["services"]), namespaces=set(state["namespaces"]),
                        synced=not was and self.synced_all, cluster_id=state["properties"] is not None)
 

@@ -53,6 +53,8 @@ class Observer(Protocol):
 
     `client` is the source address: a (host, port) tuple, or on the batched UDP path an `mmsg.Peer`
     whose `address()` gives that tuple, valid during the call only (querylog.client_text reads both).
+    `started` is `time.perf_counter()` when the packet was read (0.0: not timed); on the batched UDP
+    path, when its batch was read.
     """
 
     def __call__(self, where: Listener, client: Any, query: bytes, q: Query | None, reply: bytes | None,
@@ -217,11 +219,13 @@ class DnsServer:
         peers = batch.peers
         put = batch.put
         data_of = batch.data
+        # One clock read for the batch: its datagrams arrived together, and each one's duration runs
+        # from there (the time it waited behind the batch's earlier datagrams counts, as it should).
+        started = time.perf_counter() if observe else 0.0
         j = 0
         try:
             for i in range(n):
                 data = data_of(i)
-                started = time.perf_counter() if observe else 0.0
                 try:
                     reply, q = resolve(data, False)
                 except Exception:  # a bug must not stop the listener

@@ -17,8 +17,8 @@ import ipaddress
 import socket
 import struct
 import sys
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from .vocab import AAAA, CLASS_IN, NS, OPT, PTR, SOA, SRV, TXT, A, Absolute, Answer, Record
 from .vocab import wire_length as _wire_len
@@ -56,6 +56,13 @@ class Query:
     payload: int = MAX_UDP  # the advertised size as sent, echoed in the reply's OPT (as CoreDNS does)
     do: bool = False
     edns_version: int = 0
+    # Observers' scratch. None: this object was made for one packet. The resolver sets REUSED when it
+    # keeps the object to return with every cache hit of the same reply (same rcode and size), and
+    # the metrics then keep there the counter slots they computed once (`Metrics.observe`).
+    tally: Any = field(default=None, compare=False, repr=False)
+
+
+REUSED = "reused"  # Query.tally of a query object the caches return again
 
 
 def parse_query(data: bytes) -> Query:

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testsupport.serverproc import ROOT
 from upstreams import ForwardingServer, Knot
 
-from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SIZE_BUCKETS, Metrics, Views
+from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SCRATCH, SIZE_BUCKETS, Metrics, Views
 from mcsdns.store import Store
 from mcsdns.table import Table, TableConfig
 from mcsdns.transport import Listener
@@ -254,3 +254,34 @@ def test_observe_counts_with_plain_integers_and_keeps_no_memory_per_query():
     size = {**labels, "proto": "udp"}
     assert registry.get_sample_value("coredns_dns_request_size_bytes_bucket", {**size, "le": "64000"}) == 20100
     assert registry.get_sample_value("coredns_dns_request_size_bytes_bucket", {**size, "le": "+Inf"}) == 20101
+
+
+def test_cache_hits_count_exactly_as_their_first_reply():
+    """A query object the resolver's caches return again carries its counter slots (`Query.tally`):
+    every hit, over two listeners and two Metrics, counts what the full path counts for it."""
+    import dataclasses
+
+    from testsupport.inprocess import build_resolver
+
+    resolver = build_resolver(manifests=[ROOT / "tests" / "fixtures" / "contract.yaml"], zones=("clusterset.local",),
+                              synced=True)
+    wires = [_query("svc1.testns.svc." + Z), _query("SVC1.TestNS.svc." + Z),  # exact and folded cache
+             _query("_http._tcp.svc1.testns.svc." + Z, "SRV", want_dnssec=True), _query("gone.testns.svc." + Z),
+             _query("x.svc1.testns.svc." + Z, "AAAA"), _query("svc1.testns.svc." + Z, use_edns=1)]
+    listeners = [Listener("dns://127.0.0.1:53", "udp", 1), Listener("dns://[::1]:53", "udp", 2)]
+    tallied, full = (Metrics(CollectorRegistry(), Views(resolver.table, lambda: {}, lambda: [])) for _ in range(2))
+    hits = 0
+    for where in listeners + listeners:  # a tally is per listener: the second listener replaces the first's
+        for round_ in range(3):
+            for wire in wires:
+                reply, q = resolver.resolve(wire, False)
+                hits += type(q.tally) is tuple and q.tally[0] is where  # counted by the precomputed slots
+                tallied.observe(where, None, wire, q, reply, 0.0, False)
+                full.observe(where, None, wire, dataclasses.replace(q, tally=None), reply, 0.0, False)
+    assert hits >= 2 * len(wires) * len(listeners)  # every round after a listener's first
+    for where in listeners:
+        got, want = tallied._series[where], full._series[where]
+        assert got.keys() == want.keys()
+        for zone in want:
+            assert got[zone].counts[:SCRATCH] == want[zone].counts[:SCRATCH]  # (the scratch slot: read by nothing)
+            assert got[zone].sums == want[zone].sums

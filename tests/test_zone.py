@@ -13,7 +13,7 @@ from testsupport.cases import MAIN, Z, check, make_query
 from mcsdns import compile as zone
 from mcsdns.objects import convert
 from mcsdns.resolve import Resolver
-from mcsdns.store import Store
+from mcsdns.store import Changes, Store
 from testsupport.inprocess import build_resolver, build_table
 from testsupport.objects import MCS, endpoint_slice, namespace, service_import
 from testsupport.serverproc import FIXTURES
@@ -127,6 +127,24 @@ def test_not_synced_turns_nxdomain_into_servfail():
     for kind in ("ServiceImport", "EndpointSlice"):
         store.mark_synced(kind)
     assert ask(resolver, dns.message.make_query("svc0.testns.svc." + Z, "A")).rcode() == dns.rcode.NXDOMAIN
+
+
+def test_a_synced_store_stays_synced():
+    """The resolver's caches fill only once synced and a hit is not checked again (resolve.py): that
+    holds because no later list or worker state takes a kind back out of `synced`."""
+    table = build_table(objects=[namespace("testns")])
+    store = table.store
+    copy = Store()
+    copy.take_state(store.state_of(Changes()))  # a worker's copy, before the sync
+    assert not store.synced_all and not copy.synced_all
+    for kind in ("Namespace", "ServiceImport", "EndpointSlice"):
+        store.mark_synced(kind)
+        store.mark_synced(kind)  # (a relist completes again)
+    assert store.synced_all
+    copy.take_state(store.state_of(Changes()))
+    assert copy.synced_all
+    copy.take_state({**store.state_of(Changes()), "synced": {"Namespace"}})  # an older state arriving late
+    assert copy.synced_all and store.synced_all
 
 
 def test_ttl_option():
