@@ -208,8 +208,7 @@ class DnsServer:
             n = self._receive(sock, where, batch, fd)
             if n is None:
                 return
-            self._serve_batch(sock, where, batch, fd, n)
-            if n < batch.size:
+            if not self._serve_batch(sock, where, batch, fd, n) or n < batch.size:
                 return
 
     def _receive(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, fd: int) -> int | None:
@@ -228,8 +227,9 @@ class DnsServer:
                 log.debug("udp receive error: %s", exc)
         return None
 
-    def _serve_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, fd: int, n: int) -> None:
-        """Answer datagrams 0..n-1 of `batch` and send the replies with one sendmmsg."""
+    def _serve_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, fd: int, n: int) -> bool:
+        """Answer datagrams 0..n-1 of `batch` and send the replies with one sendmmsg; False when the
+        socket went back to the plain path meanwhile (no sendmmsg), so this wakeup reads no more batches."""
         resolve = self.resolver.resolve
         observe = self.observe
         peers = batch.peers
@@ -262,6 +262,7 @@ class DnsServer:
             if j:
                 for failed in batch.send(fd, j):
                     self._send_failed(sock, where, batch, *failed)
+        return j == 0 or self._batches.get(sock) is batch
 
     def _send_alone(self, sock: socket.socket, reply: bytes, addr: tuple) -> None:
         """One reply with sendto, its error logged as the plain loop logs it."""
