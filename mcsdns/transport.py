@@ -239,6 +239,7 @@ class DnsServer:
         # from there (the time it waited behind the batch's earlier datagrams counts, as it should).
         started = time.perf_counter() if observe else 0.0
         j = 0
+        refused: list[tuple[int, OSError]] = []
         try:
             for i in range(n):
                 data = data_of(i)
@@ -260,9 +261,10 @@ class DnsServer:
                     self._spawn(self._forward_udp(sock, batch.address(i), where, data, reply, started))
         finally:
             if j:
-                for failed in batch.send(fd, j):
+                refused = batch.send(fd, j)
+                for failed in refused:
                     self._send_failed(sock, where, batch, *failed)
-        return j == 0 or self._batches.get(sock) is batch
+        return not refused or self._batches.get(sock) is batch  # (only a refused reply can unbatch it)
 
     def _send_alone(self, sock: socket.socket, reply: bytes, addr: tuple) -> None:
         """One reply with sendto, its error logged as the plain loop logs it."""

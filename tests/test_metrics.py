@@ -272,7 +272,7 @@ def test_cache_hits_count_exactly_as_their_first_reply():
     tallied, full = (Metrics(CollectorRegistry(), Views(resolver.table, lambda: {}, lambda: [])) for _ in range(2))
     hits = 0
     for where in listeners + listeners:  # a tally is per listener: the second listener replaces the first's
-        for round_ in range(3):
+        for _ in range(3):
             for wire in wires:
                 reply, q = resolver.resolve(wire, False)
                 hits += type(q.tally) is tuple and q.tally[0] is where  # counted by the precomputed slots
