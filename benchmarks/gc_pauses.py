@@ -6,7 +6,9 @@ in process, drawn at random from more distinct packets than the packet cache hol
 ClusterSetIP services x A/AAAA/SRV/TXT/SOA/MX, each plain, with EDNS, with DO and without RD,
 plus 10,000 per-endpoint names), so the cache fills, empties and fills again as under a wide
 mix, and reports per generation how many collections ran and their CPU time (`gc.callbacks`,
-thread CPU time, so another process taking the core does not count). The table is built as the
+thread CPU time, so another process taking the core does not count), and the longest single
+calls, for the same sequence and for a random-subdomain flood (every stall, whatever its cause:
+emptying the set of sighted missing names at once was one). The table is built as the
 server builds it: objects first, then the sync that compiles them (`Table._compile_everything`),
 then `gc.collect()` and `gc.freeze()` as `App.start` does before it opens the listeners.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import heapq
 import json
 import logging
 import random
@@ -85,6 +88,8 @@ def measure(queries: int) -> dict:
         cpu = time.process_time() - cpu
     finally:
         gc.callbacks.remove(timed)
+    flood = [packet(f"{rng.getrandbits(40):x}.{ds.svc_name(ds.Spec(imports=1000), rng.randrange(1000))}", 1, 7)
+             for _ in range(min(queries, 200_000))]
     return {
         "queries": queries,
         "distinct packets": len(packets),
@@ -94,7 +99,24 @@ def measure(queries: int) -> dict:
         "first collections (generation, ms)": [(g, round(t * 1e3, 2)) for g, t in order[:3]],
         "collections": {f"generation {g}": {"count": len(p), "max ms": round(max(p, default=0) * 1e3, 2),
                                             "total ms": round(sum(p) * 1e3, 1)} for g, p in pauses.items()},
+        # Every stall, not only the collector's: the longest single resolve() calls (CPU ms), the same
+        # sequence again, and a random-subdomain flood (unique missing names, each seen once).
+        "longest calls, the same sequence (ms)": longest(resolver, sequence),
+        f"longest calls, {len(flood):,} unique missing names (ms)": longest(resolver, flood),
     }
+
+
+def longest(resolver: Resolver, sequence: list[bytes], keep: int = 5) -> list[float]:
+    """The `keep` longest `resolver.resolve` calls over `sequence`, in thread CPU milliseconds (a call
+    that stops the loop this long delays every query that arrives meanwhile), from a flushed cache."""
+    resolver.flush()
+    resolve, clock = resolver.resolve, time.thread_time
+    times = []
+    for data in sequence:
+        started = clock()
+        resolve(data)
+        times.append(clock() - started)
+    return [round(t * 1e3, 3) for t in heapq.nlargest(keep, times)]
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ not one extra branch: see there.
 from __future__ import annotations
 
 import struct
+from array import array
 from dataclasses import dataclass
 
 from . import compile as zone
@@ -65,7 +66,7 @@ PACKET_CACHE_ENTRIES = 32768  # distinct UDP query packets whose replies are kep
 PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, then refilled)
 _ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slots, tuple, Query and object headers
 RUN_CACHE_ENTRIES = 8192  # --loadbalance: multi-record bodies whose address run is known
-SIGHTED_ENTRIES = 32768  # keys of names that cannot exist, seen once (full: emptied)
+SIGHTED_SLOTS = 1 << 16  # hashes of names that cannot exist, seen once (a direct-mapped table: a new one overwrites)
 NEGATIVE_CACHE_ENTRIES = 32768  # questions with a cached NXDOMAIN/NODATA body (the bodies are shared)
 _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garbage) or SERVFAIL
 # Header bytes 4-11 of a query with one question and no other records. For such a packet,
@@ -148,7 +149,9 @@ class Resolver:
         # Where reply() copied the query's zone spelling, and the body's zone_slots and ends:
         self._spelled: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
         self._keep = True  # False: this reply is cheap to make again: cached only on second sight
-        self._sighted: set[bytes] = set()  # packet-cache keys of such replies seen once (see `resolve`)
+        # The hashes of such replies' packet-cache keys seen once, at hash & (SIGHTED_SLOTS - 1) (see `resolve`):
+        # machine integers, so the table holds no object per name and empties with one allocation.
+        self._sighted = array("q", bytes(8 * SIGHTED_SLOTS))
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
         """`resolve`'s reply alone, for callers that observe nothing (the /explain endpoint, tests)."""
@@ -212,17 +215,21 @@ class Resolver:
             return outcome
         if not self._keep:
             # A name that cannot exist (NXDOMAIN or NODATA, synced, EDNS version 0: cacheable): cached
-            # on its second sight only (the first is noted in `_sighted`, bytes only), so a flood of
-            # unique names fills nothing but that set, while names asked again (an NXDOMAIN mix,
-            # search-path expansions) become cache hits.
+            # on its second sight only (the first is noted in `_sighted`), so a flood of unique names
+            # fills no cache, while names asked again (an NXDOMAIN mix, search-path expansions) become
+            # cache hits. The sightings are a direct-mapped table of the keys' hashes (computed by the
+            # cache lookups above, and salted per process, so nobody can aim collisions): bounded,
+            # nothing to empty (emptying a set of 32,768 keys stalled the event loop for 1.5 ms:
+            # `python -m benchmarks.gc_pauses`), nothing kept per name. Two names on one slot only take
+            # a third sight to be cached; a hash equal to another's (a 64-bit coincidence) caches a
+            # reply on its first sight: the same reply, only earlier.
+            seen = hash(exact if folded is None else folded)
             sighted = self._sighted
-            seen = exact if folded is None else folded
-            if seen not in sighted:
-                if len(sighted) >= SIGHTED_ENTRIES:
-                    sighted.clear()
-                sighted.add(seen)
+            slot = seen & (SIGHTED_SLOTS - 1)
+            if sighted[slot] != seen:
+                sighted[slot] = seen
                 return outcome
-            sighted.discard(seen)
+            sighted[slot] = 0
         elif reply[3] & 0x0F not in _CACHEABLE_RCODES or q.edns_version or not table.synced:
             return outcome
         if folded is None:
@@ -299,7 +306,7 @@ class Resolver:
         """Forget every cached reply (the table changed)."""
         self._generation = self.table.generation
         self._clear_packets()
-        self._sighted.clear()
+        self._sighted = array("q", bytes(8 * SIGHTED_SLOTS))
         self._packet_bytes = 0
         self._negative.clear()
 

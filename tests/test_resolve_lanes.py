@@ -409,6 +409,34 @@ def test_names_that_cannot_exist_are_cached_on_second_sight_only(resolver):
     assert len(r._packets) + len(r._folded) >= len(names)
 
 
+def test_a_flood_of_unique_missing_names_caches_nothing_and_its_sightings_stay_bounded(resolver, monkeypatch):
+    """More unique missing names than the sightings table has slots: none enters a cache and the
+    table keeps its size; a name asked twice in a row is cached at its second sight all the same, a
+    table change forgets the sightings, and every reply is the full path's."""
+    import mcsdns.resolve as resolve_module
+
+    monkeypatch.setattr(resolve_module, "SIGHTED_SLOTS", 64)
+    table = resolver.table
+    r = Resolver(table)
+    services = sorted(".".join(split_labels(parent)) for parent in table.children)  # a random-subdomain flood
+    flood = [f"x{i}.{services[i % len(services)]}" for i in range(1000)]
+    for i, name in enumerate(flood):
+        packet = plain_query(name, 1, qid=i)
+        assert r.handle(packet) == full_path(resolver, packet)
+    assert not r._packets and not r._folded
+    assert len(r._sighted) == 64
+    again = plain_query(flood[0], 1, qid=7)
+    r.handle(again)
+    assert not r._packets  # seen once since the flood
+    assert r.handle(again) == full_path(resolver, again)
+    assert again[2:] in r._packets  # its second sight
+    other = plain_query(flood[1], 1, qid=7)
+    r.handle(other)
+    r.flush()
+    assert r.handle(other) == full_path(resolver, other)
+    assert other[2:] not in r._packets  # the sighting before the flush is forgotten
+
+
 def test_mutated_packets_get_the_replies_of_the_path_without_lanes(resolver, monkeypatch):
     """Bytes flipped, cut or added anywhere in plain and EDNS queries for compiled, missing and SRV
     names: each reply (and a repeat, and the packet in another letter case) is the one the resolver
