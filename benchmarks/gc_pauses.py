@@ -25,6 +25,7 @@ import logging
 import random
 import subprocess
 import time
+from array import array
 from pathlib import Path
 
 from mcsdns.resolve import Resolver
@@ -111,11 +112,11 @@ def longest(resolver: Resolver, sequence: list[bytes], keep: int = 5) -> list[fl
     that stops the loop this long delays every query that arrives meanwhile), from a flushed cache."""
     resolver.flush()
     resolve, clock = resolver.resolve, time.thread_time
-    times = []
-    for data in sequence:
+    times = array("d", bytes(8 * len(sequence)))  # machine floats: no object per call for the collector to scan
+    for i, data in enumerate(sequence):
         started = clock()
         resolve(data)
-        times.append(clock() - started)
+        times[i] = clock() - started
     return [round(t * 1e3, 3) for t in heapq.nlargest(keep, times)]
 
 

@@ -28,7 +28,7 @@ import dns.rcode
 
 from . import apiload, dataset, load, procstat, provenance, queries
 from .dataset import ES_API, MCS_API, Spec
-from .servers import CoreDns, Knot, Mcsdns, Server
+from .servers import REPO, CoreDns, Knot, Mcsdns, Server
 from .checker import Checker, Expected, Tally
 
 # CoreDNS twice: without cache (the test-bed spec's Corefile) and with `cache 30`, as most clusters ship
@@ -118,6 +118,15 @@ def _version(argv: list[str]) -> str:
         return "not found"
 
 
+def _stored_path(path: Path) -> str:
+    """A path as results.json keeps it: relative to the repository when inside it, so a stored result
+    names no machine's directories."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def environment(opts: Options, coredns_bin: Path | None) -> dict:
     return {
         "date": provenance.now(),
@@ -138,7 +147,7 @@ def environment(opts: Options, coredns_bin: Path | None) -> dict:
         "irq_time_in_tasks": procstat.IRQ_IN_TASKS,
         "mcsdns_rcvbuf": _mcsdns_rcvbuf(),
         "smoke": opts.smoke,
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
+        "options": {k: (_stored_path(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
     }
 
 

@@ -277,3 +277,16 @@ def test_a_scale_step_kept_from_a_merged_run_names_the_run_that_measured_it() ->
     final = suite.merge(copy.deepcopy(merged), third, {"throughput": True, "propagation": True})
     assert final["scale"][0]["run"]["date"] == "d"  # the 1,000 step: measured by the first run, not the second
     assert any(line.startswith("- Scale at 1,000, 50,000, 200,000 imports: the run of d") for line in report.provenance(final))
+
+
+def test_stored_results_name_no_machine_directories(tmp_path: Path) -> None:
+    """A stored result says where it was written relative to the repository (`--out` is recorded), and
+    no file under benchmarks/results names a directory of the machine that measured it."""
+    assert suite._stored_path(suite.REPO / "benchmarks" / "results") == "benchmarks/results"
+    assert suite._stored_path(tmp_path) == str(tmp_path)  # outside the repository: as given
+    stored = suite.REPO / "benchmarks" / "results"
+    for path in sorted(stored.iterdir()):
+        if path.suffix in (".json", ".md", ".csv", ".txt"):
+            text = path.read_text()
+            for home in ("/work/", "/root/", "/home/", "/tmp/", str(suite.REPO)):
+                assert home not in text, f"{path.name} names {home}"
