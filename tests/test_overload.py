@@ -297,7 +297,7 @@ def test_pipelined_queries_answered_in_any_order_with_their_ids(manifests, tmp_p
 # (benchmarks/soak.py flood): ~5x the batched server's maximum at first, ~4x once it served several
 # full batches per wakeup (a maximum near 300 k qps), where a flood asked at 4x fell short in some runs;
 # 3.5x on that machine. On a 2-core AMD EPYC one flooder core sends only ~300 k packets/s against a
-# maximum of 139-151 k qps (2x fell to 1.97x in one run of three; docs/reliability.md has the runs):
+# maximum of 126-151 k qps (2x reached only 1.97x in one run of three; docs/reliability.md has the runs):
 # 1.75x leaves the flooder a margin on both machines, and the server still cannot answer 43% of it.
 FLOOD_FACTOR = 1.75
 FLOOD_SHARE = 0.10  # at least this share of a steady stream of valid queries is answered during the flood
