@@ -219,10 +219,10 @@ class Resolver:
             # fills no cache, while names asked again (an NXDOMAIN mix, search-path expansions) become
             # cache hits. The sightings are a direct-mapped table of the keys' hashes (computed by the
             # cache lookups above, and salted per process, so nobody can aim collisions): bounded,
-            # nothing to empty (emptying a set of 32,768 keys stalled the event loop for 1.5 ms:
-            # `python -m benchmarks.gc_pauses`), nothing kept per name. Two names on one slot only take
-            # a third sight to be cached; a hash equal to another's (a 64-bit coincidence) caches a
-            # reply on its first sight: the same reply, only earlier.
+            # nothing to empty (emptying a set of 32,768 keys stalled the event loop for up to 2.7 ms
+            # of CPU: benchmarks/results/stalls-previous.json), nothing kept per name. Two names on
+            # one slot only take a third sight to be cached; a hash equal to another's (a 64-bit
+            # coincidence) caches a reply on its first sight: the same reply, only earlier.
             seen = hash(exact if folded is None else folded)
             sighted = self._sighted
             slot = seen & (SIGHTED_SLOTS - 1)
