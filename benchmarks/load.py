@@ -12,7 +12,12 @@ Method (docs/performance.md explains why):
    the achieved rate of the best passing step, with the server's CPU seconds
    during that step.
 3. Latency: one more run at 50% of that rate with `dnsperf -v`, which prints
-   every query's latency; p50/p99/p99.9 are computed from those samples.
+   every query's latency; p50/p99/p99.9 are computed from those samples. With
+   a common rate (the suite's `--common-rate`), one more such run at that rate,
+   the same offered load for every server, where it is at most half the
+   server's max rate (`Capacity.common`): at half load a fast server is driven
+   several times harder than a slow one, and its tail then says more about the
+   load generator and the machine than about the server.
 4. What limited the rate: at the failing step above the best pass that got
    the most answers, was the server's core saturated (`server`)? If not, and
    dnsperf's was, or dnsperf fell short of the asked rate while losing nothing
@@ -194,6 +199,10 @@ class Capacity:
     p99: float | None = None
     p999: float | None = None
     latency_loss: float | None = None
+    # Latency at the common offered load (step 3): {"rate", "p50", "p99", "p999" (seconds), "loss"}; None
+    # when not asked, or when that rate is over half this server's max rate (not measured: it would be
+    # near saturation)
+    common: dict | None = None
     rcodes: dict[str, int] = field(default_factory=dict)  # from the latency run
     # (asked, achieved, loss, passed, server core busy, dnsperf core busy): busy as a share of the step's time
     steps: list[tuple[float, float, float, bool, float, float]] = field(default_factory=list)
@@ -227,9 +236,9 @@ class Capacity:
 def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
             server_cpus: str | None = None, delay: Callable[[], float] | None = None,
-            checker: "Checker | None" = None, edns: bool = True) -> Capacity:
-    """Max sustained rate, CPU per 100k and latency at half of it (module docstring), with an
-    interference check and, when given, the answer `checker` running throughout."""
+            checker: "Checker | None" = None, edns: bool = True, common_rate: float = 0.0) -> Capacity:
+    """Max sustained rate, CPU per 100k and latency at half of it and at `common_rate` (module
+    docstring), with an interference check and, when given, the answer `checker` running throughout."""
     import time
 
     from . import procstat
@@ -245,7 +254,8 @@ def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | No
         checker.start()
     try:
         cap = _measure(port, qfile, meter=meter, cpu=cpu, probe_seconds=probe_seconds, step_seconds=step_seconds,
-                       steps=steps, latency_seconds=latency_seconds, timeout=timeout, cores=shares, edns=edns)
+                       steps=steps, latency_seconds=latency_seconds, timeout=timeout, cores=shares, edns=edns,
+                       common_rate=common_rate)
     finally:
         if checker is not None:
             cap_check = checker.stop()
@@ -283,7 +293,7 @@ def limit_of(steps: list[tuple], best_rate: float) -> str:
 
 def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
              step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
-             cores: tuple[int, int] = (1, 1), edns: bool = True) -> Capacity:
+             cores: tuple[int, int] = (1, 1), edns: bool = True, common_rate: float = 0.0) -> Capacity:
     cap = Capacity()
     if steps == 0:  # smoke: one verbose run at a modest fixed rate proves the path works, measures nothing
         for _ in range(SMOKE_ATTEMPTS):  # on a busy shared machine a server can be starved for a second
@@ -332,10 +342,21 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
     cap.cpu_per_100k = best.cpu_per_100k
     cap.limit = limit_of(cap.steps, best.rate or 0.0)
     rate = best.qps * 0.5
-    lat = dnsperf(port, qfile, seconds=latency_seconds + WARMUP, rate=rate, outstanding=1000, verbose=True,
-                  cpu=cpu, meter=meter, timeout=timeout, edns=edns)
-    values = (lat.latencies or [])[int(rate * WARMUP):]  # dnsperf's own start-up is not the server's latency
-    cap.p50, cap.p99, cap.p999 = (percentile(values, q) for q in (0.50, 0.99, 0.999))
+    lat, (cap.p50, cap.p99, cap.p999) = _latency(port, qfile, rate, latency_seconds, cpu=cpu, meter=meter,
+                                                 timeout=timeout, edns=edns)
     cap.latency_loss = lat.loss
     cap.rcodes = lat.rcodes
+    if common_rate and common_rate <= rate:
+        run, (p50, p99, p999) = _latency(port, qfile, common_rate, latency_seconds, cpu=cpu, meter=meter,
+                                         timeout=timeout, edns=edns)
+        cap.common = {"rate": common_rate, "p50": p50, "p99": p99, "p999": p999, "loss": run.loss}
     return cap
+
+
+def _latency(port: int, qfile: Path, rate: float, seconds: float, *, cpu: str | None, meter: Callable[[], float],
+             timeout: float, edns: bool) -> tuple[Run, tuple[float | None, float | None, float | None]]:
+    """One verbose run at `rate`: the run, and p50/p99/p99.9 of its latencies after the warm-up."""
+    run = dnsperf(port, qfile, seconds=seconds + WARMUP, rate=rate, outstanding=1000, verbose=True,
+                  cpu=cpu, meter=meter, timeout=timeout, edns=edns)
+    values = (run.latencies or [])[int(rate * WARMUP):]  # dnsperf's own start-up is not the server's latency
+    return run, tuple(percentile(values, q) for q in (0.50, 0.99, 0.999))  # type: ignore[return-value]

@@ -189,6 +189,42 @@ def fair_targets(results: dict) -> list[dict]:
     return out
 
 
+def common_rate(results: dict) -> float | None:
+    """The offered load of the common latency runs (`load.Capacity.common`), None if none was run."""
+    rates = [d["common"]["rate"] for cells in results.get("throughput", {}).values() for d in cells.values()
+             if d.get("common")]
+    return max(rates) if rates else None
+
+
+def _common_p999(results: dict, mix: str, label: str) -> float | None:
+    return ((_get(results, mix, label) or {}).get("common") or {}).get("p999")
+
+
+def common_latency_summary(results: dict) -> list[str]:
+    """p99.9 at the common offered load against CoreDNS's better setting there, per mcsdns source and
+    Knot: a reference beside the half-load target, which drives each server at half its own max rate."""
+    rate = common_rate(results)
+    if rate is None:
+        return []
+    parts = []
+    for label in (*MCSDNS, "knot"):
+        pairs = []
+        for m in MIXES:
+            mine = _common_p999(results, m, label)
+            theirs = [v for v in (_common_p999(results, m, l) for l in _servers(results) if is_coredns(l)) if v]
+            if mine and theirs:
+                pairs.append((m, mine / min(theirs)))
+        if pairs:
+            m, worst = max(pairs, key=lambda mv: mv[1])
+            parts.append(f"{name(label)} at or below it on {sum(r <= 1.0 for _, r in pairs)} of {len(pairs)} mixes "
+                         f"(highest {worst:.2f}x, {m})")
+    if not parts:
+        return []
+    return [f"For reference, p99.9 at one offered load, {rate:,.0f} q/s for every server, against CoreDNS's better "
+            f"setting at that load (mixes where {rate:,.0f} q/s is over half a server's max rate are left out): "
+            + "; ".join(parts) + "."]
+
+
 def targets_markdown(results: dict) -> list[str]:
     """The fair comparison's targets as a markdown table (results.md and the README show this same table)."""
     return _targets_table(fair_targets(results))
@@ -294,7 +330,9 @@ def readme_block(results: dict) -> str:
         lines += ["", "† other processes took more than 5% of a core during the measurement; ‡ limited by the load "
                   "generator, not the server; ° the limit was not reached; ? unclear (results.md explains each). "
                   "A rate marked ‡ or ° is a lower bound.", ""]
-    lines += targets_markdown(results) + ["", README_END]
+    lines += targets_markdown(results)
+    summary = common_latency_summary(results)
+    lines += ["", *summary, "", README_END] if summary else ["", README_END]
     return "\n".join(lines)
 
 
@@ -512,6 +550,18 @@ def markdown(results: dict) -> str:
                 d = _get(results, mix, s)
                 row.append("n/a" if not d else f"{_us(d.get('p50'))} / {_us(d.get('p99'))} / {_us(d.get('p999'))}")
             lines.append("| " + " | ".join(row) + " |")
+        rate = common_rate(results)
+        if rate is not None:
+            lines += ["", f"Latency at one offered load, {rate:,.0f} q/s for every server, p50 / p99 / p99.9 in "
+                      "microseconds (\"-\": over half that server's max rate, not measured):", ""]
+            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for mix in mixes:
+                row = [mix]
+                for s in servers:
+                    c = (_get(results, mix, s) or {}).get("common")
+                    row.append("-" if not c else f"{_us(c.get('p50'))} / {_us(c.get('p99'))} / {_us(c.get('p999'))}")
+                lines.append("| " + " | ".join(row) + " |")
+            lines += ["", *common_latency_summary(results)]
         lines += ["", "Server CPU seconds per 100k queries (at the max rate):", ""]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for mix in mixes:

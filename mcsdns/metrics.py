@@ -298,8 +298,9 @@ class Metrics(Collector):
         list bumps and bisects only, inlined (a method call costs as much as
         the counting): no objects per query.
 
-        A query object the resolver's caches return with every hit (`q.tally`, wire.REUSED) always
-        comes with the same reply (rcode, size): its slots are computed at its first count here and
+        A query object the resolver returns again (`q.tally`, wire.REUSED: with every cache hit, or
+        with every missing name of one shape) always comes with the same reply (rcode, size) and the
+        same type, EDNS and zone: its slots are computed at its first count here and
         kept on it, so a cache hit costs five list bumps and the clock. They are checked against
         the listener, this Metrics and both sizes, so a tally only ever counts what the full path would.
         """

@@ -67,6 +67,7 @@ PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, the
 _ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slots, tuple, Query and object headers
 RUN_CACHE_ENTRIES = 8192  # --loadbalance: multi-record bodies whose address run is known
 SIGHTED_SLOTS = 1 << 16  # hashes of names that cannot exist, seen once (a direct-mapped table: a new one overwrites)
+ABSENT_SHAPES = 4096  # `_absent_child`'s replies by shape (a flood of random names below 1,000 services: ~1,000 per type)
 NEGATIVE_CACHE_ENTRIES = 32768  # questions with a cached NXDOMAIN/NODATA body (the bodies are shared)
 _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garbage) or SERVFAIL
 # Header bytes 4-11 of a query with one question and no other records. For such a packet,
@@ -135,6 +136,7 @@ class Resolver:
         self.table = table
         self.forwarding = forwarding
         self._generation = table.generation
+        self._synced = table.synced  # as of this generation: syncing compiles everything, a new generation
         # The caches keep what a hit returns in two dicts under one key: the reply's bytes (or pieces) apart
         # from the parsed query, so the first holds no object the cyclic collector scans (see `_store`).
         self._packets: dict[bytes, bytes] = {}  # query[2:] -> reply[2:]; see RoundRobinResolver too
@@ -145,6 +147,7 @@ class Resolver:
         self._folded_queries: dict[bytes, Query] = {}  # the same key -> the parsed query
         self._packet_bytes = 0
         self._negative: dict[bytes, Body] = {}  # lookup key -> NXDOMAIN/NODATA body
+        self._absent: dict[tuple, tuple[bytes, bytes, Query]] = {}  # see _absent_child
         # Scratch of one `resolve` call (reset at its start, read before it returns):
         # Where reply() copied the query's zone spelling, and the body's zone_slots and ends:
         self._spelled: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
@@ -161,7 +164,8 @@ class Resolver:
         """(the reply to `data`, None to drop it, or Forward; the parsed query, None if unreadable).
 
         Never raises on bad input. The query is the one the reply was made for (a cache hit's is the
-        stored one: same question, flags and EDNS; only the ID, which observers do not read, may differ).
+        stored one: same question, flags and EDNS; only the ID, which observers do not read, may differ;
+        a missing name's is shared by its shape, see `_absent_child`: observers read the name from the packet).
         A tuple of objects that exist anyway, so the cached lanes allocate nothing else per query.
 
         A query of one question and nothing else, or with an OPT record without options after it
@@ -193,7 +197,8 @@ class Resolver:
             folded = lowered = exact.lower()
             end = None
         elif counts == _ONE_OPT and data[2] < 8 and data[-11:-8] == _OPT_HEAD:
-            folded, end, lowered = data[2:-11].lower() + data[-11:], -11, None
+            lowered = data[2:-11].lower()
+            folded, end = lowered + data[-11:], -11
         else:
             folded = end = lowered = None
         if folded is not None and folded != exact:
@@ -207,9 +212,16 @@ class Resolver:
             folded = None
         self._spelled = None
         self._keep = True
-        # A plain query (a QUERY of one question: `_handle`'s checks hold) goes straight to the lanes
-        # with its question lower-cased above.
-        outcome = self._handle(data, False) if lowered is None else self._lanes(data, len(data), lowered[10:], False)
+        # A QUERY of one question (`_handle`'s checks hold), alone or then an OPT record without options,
+        # version 0, goes straight to the lanes with its question lower-cased above.
+        if lowered is None:
+            outcome = self._handle(data, False)
+        elif end is None:
+            outcome = self._lanes(data, len(data), lowered[10:], False)
+        elif data[-2:] == b"\x00\x00" and not data[-5]:
+            outcome = self._lanes(data, len(data) - 11, lowered[10:], False)
+        else:
+            outcome = self._handle(data, False)
         reply, q = outcome
         if type(reply) is not bytes or q is None:
             return outcome
@@ -305,10 +317,12 @@ class Resolver:
     def flush(self) -> None:
         """Forget every cached reply (the table changed)."""
         self._generation = self.table.generation
+        self._synced = self.table.synced
         self._clear_packets()
         self._sighted = array("q", bytes(8 * SIGHTED_SLOTS))
         self._packet_bytes = 0
         self._negative.clear()
+        self._absent.clear()
 
     def _handle(self, data: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
         """`resolve` past the packet cache."""
@@ -348,20 +362,20 @@ class Resolver:
         # NXDOMAIN for every type but SOA (NODATA, D5) after `Table.absent`; a valid question,
         # for the same reason as above, and `children` holds only zones `zone_of` maps them to.
         first = key[0] if key else 0
-        if 0 < first < 64 and len(key) <= 259 and key[-2:] == b"\x00\x01" and table.synced:
+        if 0 < first < 64 and len(key) <= 259 and key[-2:] == b"\x00\x01" and self._synced:
             children = table.children
-            zone_len = children.get(key[first + 1 : -4])
-            if zone_len is None:
+            zone = children.get(key[first + 1 : -4])
+            if zone is None:
                 at = first + 1
                 second = key[at] if at < len(key) else 0
                 if 0 < second < 64:
-                    zone_len = table.svc_suffixes.get(key[at + second + 1 : -4])
-                    if zone_len is not None and key[:-4] in children:
-                        zone_len = None  # a compiled service, asked a type not compiled: the zone logic
-            if zone_len is not None:
+                    zone = table.svc_suffixes.get(key[at + second + 1 : -4])
+                    if zone is not None and key[:-4] in children:
+                        zone = None  # a compiled service, asked a type not compiled: the zone logic
+            if zone is not None:
                 qtype = (data[end - 4] << 8) | data[end - 3]  # as sent: lower() would turn type 65 (HTTPS) into 97
                 if qtype != AXFR and qtype != IXFR and (table.dnssd is None or not table.dnssd.exists(key[:-4])):
-                    return self._absent_child(data, end, key, zone_len, qtype)
+                    return self._absent_child(data, end, key, zone, qtype)
         return self._parsed(data, tcp)
 
     def _parsed(self, data: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
@@ -391,20 +405,45 @@ class Resolver:
                   (key[-2] << 8) | key[-1], True, payload if payload > MAX_UDP else MAX_UDP, payload, data[-4] >= 0x80)
         return self.reply(q, body, MAX_TCP if tcp else q.udp_size), q
 
-    def _absent_child(self, data: bytes, end: int, key: bytes, zone_len: int, qtype: int) -> tuple[bytes, Query]:
-        """NXDOMAIN (NODATA for SOA) for a name `_handle` found absent from the raw question:
+    def _absent_child(self, data: bytes, end: int, key: bytes, zone: bytes, qtype: int) -> tuple[bytes, Query]:
+        """NXDOMAIN (NODATA for SOA) for a name `_lanes` found absent from the raw question:
         the header, the question as sent, the zone's SOA pointing into it, the OPT echoed.
-        Never truncated (at most 12 + 259 + 54 + 11 bytes); cached on second sight, as in `_uncompiled`."""
+        Never truncated (at most 12 + 259 + 54 + 11 bytes); cached on second sight, as in `_uncompiled`.
+
+        Nothing is built per query: every name of one shape (`_absent`'s key: where the question
+        ends, the zone, RD and CD, and the bytes from the type on, OPT record included)
+        gets the same reply around its own ID and question, and the same query object, made by
+        the first (`_absent_shape`). Observers read the name from the packet (querylog), or only
+        its zone (metrics), which the shape fixes; the object's sizes, type and EDNS are every
+        such packet's, so it is marked REUSED and the metrics count it from their precomputed
+        slots. A random-subdomain flood's names are a handful of shapes per service.
+        """
         self._keep = False
-        flags = (data[2] << 8) | data[3]
-        q = Query(data, (data[0] << 8) | data[1], flags, end, key[:-4], qtype, CLASS_IN)
+        shape = (end, zone, (data[2] & 1) | (data[3] & 0x10), data[end - 4 :])  # (the zone's hash is cached)
+        made = self._absent.get(shape)
+        if made is None:
+            made = self._absent_shape(data, end, key, len(zone), qtype, shape)
+        return b"".join((data[:2], made[0], data[12:end], made[1])), made[2]
+
+    def _absent_shape(self, data: bytes, end: int, key: bytes, zone_len: int, qtype: int,
+                      shape: tuple) -> tuple[bytes, bytes, Query]:
+        """`_absent_child`'s entry for `data`'s shape: (header bytes 2-11, what follows the question,
+        the query object). Bounded: an adversary varying the OPT record's size makes a new shape per
+        packet, and then pays what building each reply cost before."""
+        q = Query(data, (data[0] << 8) | data[1], (data[2] << 8) | data[3], end, key[:-4], qtype, CLASS_IN)
+        q.tally = REUSED
         soa = self.table.soa(8 + len(key) - zone_len)
         at = (data[2] & 1) | (data[3] & 0x10) | (2 if qtype == vocab.SOA else 0)  # RD, CD, NODATA
         if end == len(data):
-            return b"".join((data[:2], _ABSENT_HEADS[at], data[12:], soa)), q
-        payload = (data[-8] << 8) | data[-7]
-        q.edns, q.udp_size, q.payload, q.do = True, payload if payload > MAX_UDP else MAX_UDP, payload, data[-4] >= 0x80
-        return data[:2] + _ABSENT_HEADS[at | 4] + data[12:end] + soa + data[-11:-6] + (_OPT_DO if q.do else _OPT_NO_DO), q
+            made = (_ABSENT_HEADS[at], soa, q)
+        else:
+            payload = (data[-8] << 8) | data[-7]
+            q.edns, q.udp_size, q.payload, q.do = True, payload if payload > MAX_UDP else MAX_UDP, payload, data[-4] >= 0x80
+            made = (_ABSENT_HEADS[at | 4], soa + data[-11:-6] + (_OPT_DO if q.do else _OPT_NO_DO), q)
+        if len(self._absent) >= ABSENT_SHAPES:
+            self._absent.clear()
+        self._absent[shape] = made
+        return made
 
     def _remember_negative(self, key: bytes, body: Body) -> None:
         """NXDOMAIN or NODATA for `key`: the same body until the table changes (bounded)."""

@@ -125,14 +125,14 @@ class Table:
                      ", ".join(".".join(reverse.zone_labels(n)) for n in networks))
         self.dnssd: NameIndex | None = None  # --dns-sd: compiled along with the services it lists
         # `<service>.<namespace>.svc.<zone>` (wire form, lower case) of exactly the services in `owned`
-        # -> the zone's length, for the zones no other served zone nests in or under (`_sole_zones`): a
+        # -> the zone (wire form, one object per zone), for the zones no other served zone nests in or under (`_sole_zones`): a
         # name one label below is NXDOMAIN for every type but SOA (`absent`), which the resolver answers
         # from the raw question (Resolver._handle) without the parse, zone_of or the walk.
-        self.children: dict[bytes, int] = {}
+        self.children: dict[bytes, bytes] = {}
         self._child_zones = _sole_zones(self.zones, self.reverse_zones)
-        # `svc.<zone>` (wire form) of the same zones -> the zone's length: `<a>.<b>.svc.<zone>` not in
+        # `svc.<zone>` (wire form) of the same zones -> the zone: `<a>.<b>.svc.<zone>` not in
         # `children` is a service that is not compiled, NXDOMAIN for every type but SOA too.
-        self.svc_suffixes: dict[bytes, int] = {b"\x03svc" + z: len(z) for z in self._child_zones}
+        self.svc_suffixes: dict[bytes, bytes] = {b"\x03svc" + z: z for z in self._child_zones}
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
         # trigger times of the changes held back, for the programming-latency metric. None after.
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
@@ -290,12 +290,14 @@ class Table:
         self._compile_apex()
 
     def set_serial(self, serial: int) -> None:
-        """Take another table's SOA serial (a --workers worker takes its supervisor's)."""
+        """Take another table's SOA serial (a --workers worker takes its supervisor's); a new
+        generation, as the resolver's caches hold replies with the SOA in them."""
+        self.generation += 1
         self.serial = serial
         self._soa.clear()
         self._compile_apex()
 
-    def _withdraw(self, key: ServiceKey) -> list[tuple[bytes, int]]:
+    def _withdraw(self, key: ServiceKey) -> list[tuple[bytes, bytes]]:
         """Remove one service's answers and its `children` entries; returns its `children` entries."""
         for k in self.owned.pop(key, []):
             self.answers.pop(k, None)
@@ -386,15 +388,15 @@ class Table:
         self.owned[key] = keys
         self.children.update(parents)
 
-    def _service_names(self, key: ServiceKey) -> list[tuple[bytes, int]]:
-        """(`<service>.<namespace>.svc.<zone>` in wire form, lower case; the zone's length) for each
+    def _service_names(self, key: ServiceKey) -> list[tuple[bytes, bytes]]:
+        """(`<service>.<namespace>.svc.<zone>` in wire form, lower case; the zone) for each
         zone of `children`."""
         namespace, service = key
         try:
             rel = encode_labels((service.lower(), namespace.lower(), "svc"))
         except ValueError:  # no DNS name (a label longer than 63 bytes): none of its names is compiled either
             return []
-        return [(rel + zwire, len(zwire)) for zwire in self._child_zones]
+        return [(rel + zwire, zwire) for zwire in self._child_zones]
 
     def _compile_pointers(self, key: ServiceKey, svc: Service | None) -> None:
         """--reverse-cidr: swap in the PTR answers of every address whose names this service changed."""

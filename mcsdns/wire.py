@@ -57,8 +57,9 @@ class Query:
     do: bool = False
     edns_version: int = 0
     # Observers' scratch. None: this object was made for one packet. The resolver sets REUSED when it
-    # keeps the object to return with every cache hit of the same reply (same rcode and size), and
-    # the metrics then keep there the counter slots they computed once (`Metrics.observe`).
+    # keeps the object to return with every cache hit of the same reply, or with every missing name of
+    # one shape (same rcode and sizes), and the metrics then keep there the counter slots they
+    # computed once (`Metrics.observe`).
     tally: Any = field(default=None, compare=False, repr=False)
 
 

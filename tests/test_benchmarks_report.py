@@ -137,6 +137,34 @@ def test_knot_is_measured_against_the_latency_target_for_reference() -> None:
     assert not [t for t in report.fair_targets(del_knot) if t.get("reference")]
 
 
+def test_latency_at_the_common_load_is_compared_with_corednss_better_setting_there(tmp_path: Path) -> None:
+    """The common-rate runs (`Capacity.common`): each server against CoreDNS's lower p99.9 at that load,
+    mixes where a server was not measured (the rate is over half its max) left out, in results.md and
+    the README summary alike; a run without them adds nothing."""
+    results = _fair_results()
+    assert report.common_latency_summary(results) == []
+    assert "one offered load" not in report.readme_block(results)
+
+    def common(p999: float) -> dict:
+        return {"rate": 5000.0, "p50": 1e-4, "p99": 5e-4, "p999": p999, "loss": 0.0}
+
+    for mix, cells in results["throughput"].items():
+        cells["mcsdns"]["common"] = common(0.002)
+        cells["coredns"]["common"] = common(0.004)
+        cells["coredns-cache30"]["common"] = common(0.003)  # the better setting at this load
+        cells["knot"]["common"] = common(0.001)
+    results["throughput"]["aaaa"]["mcsdns"]["common"] = common(0.006)  # 2x CoreDNS's better 0.003
+    del results["throughput"]["srv_bare"]["knot"]["common"]  # not measured there
+    (line,) = report.common_latency_summary(results)
+    assert "5,000 q/s for every server" in line
+    assert f"mcsdns (manifests) at or below it on {len(MIXES) - 1} of {len(MIXES)} mixes (highest 2.00x, aaaa)" in line
+    assert f"Knot at or below it on {len(MIXES) - 1} of {len(MIXES) - 1} mixes (highest 0.33x" in line
+    assert line in report.readme_block(results)
+    report.render(results, tmp_path)
+    md = (tmp_path / "results.md").read_text()
+    assert line in md and "| srv_bare | 100 / 500 / 2000 |" in md and "100 / 500 / 6000" in md
+
+
 def test_ratios_and_targets_take_coredns_at_its_better_setting() -> None:
     results = _fair_results()
     assert report.ratio(results, "clusterset_a", "mcsdns", "coredns") == 100_000 / 60_000

@@ -207,6 +207,31 @@ def _query(qname: str, qtype: str = "A", **kw) -> bytes:
     return dns.message.make_query(qname, qtype, **kw).to_wire()
 
 
+def test_missing_names_of_one_shape_count_under_their_own_zone():
+    """Two zones of one length: missing names of one shape in each (`Resolver._absent_child` shares a
+    query object per shape) are counted under their own zone, exactly as parsing each packet would."""
+    from testsupport.inprocess import build_resolver
+
+    zones = ("clusterset.local", "clusterset.other")
+    resolver = build_resolver(manifests=[ROOT / "tests" / "fixtures" / "contract.yaml"], zones=zones, synced=True)
+    where = Listener("dns://127.0.0.1:53", "udp", 1)
+    tallied, full = (Metrics(CollectorRegistry(), Views(resolver.table, lambda: {}, lambda: [])) for _ in range(2))
+    for _ in range(2):
+        for label in ("x", "y", "z"):
+            for zone in zones:
+                wire = _query(f"{label}.svc1.testns.svc.{zone}.")
+                reply, q = resolver.resolve(wire, False)
+                assert dns.message.from_wire(reply).rcode() == dns.rcode.NXDOMAIN
+                tallied.observe(where, None, wire, q, reply, 0.0, False)
+                full.observe(where, None, wire, parse_query(wire), reply, 0.0, False)
+    got, want = tallied._series[where], full._series[where]
+    assert set(want) == {"clusterset.local.", "clusterset.other."}
+    assert got.keys() == want.keys()
+    for zone in want:
+        assert got[zone].counts[:SCRATCH] == want[zone].counts[:SCRATCH]
+        assert got[zone].sums == want[zone].sums
+
+
 def test_programming_latency_buckets_are_corednss():
     registry = CollectorRegistry()
     metrics = Metrics(registry)
@@ -267,7 +292,8 @@ def test_cache_hits_count_exactly_as_their_first_reply():
                               synced=True)
     wires = [_query("svc1.testns.svc." + Z), _query("SVC1.TestNS.svc." + Z),  # exact and folded cache
              _query("_http._tcp.svc1.testns.svc." + Z, "SRV", want_dnssec=True), _query("gone.testns.svc." + Z),
-             _query("x.svc1.testns.svc." + Z, "AAAA"), _query("svc1.testns.svc." + Z, use_edns=1)]
+             _query("x.svc1.testns.svc." + Z, "AAAA"), _query("svc1.testns.svc." + Z, use_edns=1),
+             *(_query(f"{c}.svc1.testns.svc." + Z, use_edns=0) for c in "yzY")]  # missing names of one shape: one query object
     listeners = [Listener("dns://127.0.0.1:53", "udp", 1), Listener("dns://[::1]:53", "udp", 2)]
     tallied, full = (Metrics(CollectorRegistry(), Views(resolver.table, lambda: {}, lambda: [])) for _ in range(2))
     hits = 0

@@ -437,6 +437,37 @@ def test_a_flood_of_unique_missing_names_caches_nothing_and_its_sightings_stay_b
     assert other[2:] not in r._packets  # the sighting before the flush is forgotten
 
 
+def test_missing_names_of_one_shape_share_one_prebuilt_reply(resolver, monkeypatch):
+    """A random-subdomain flood builds nothing per query: unique names below a service, in any letter
+    case, with one label length, the same flags and OPT record, make one `_absent` entry and share
+    one query object, and every reply is still the full path's, byte for byte (its own ID and
+    question). A new OPT size per packet (a new shape each) keeps the entries bounded."""
+    import mcsdns.resolve as resolve_module
+
+    monkeypatch.setattr(resolve_module, "ABSENT_SHAPES", 16)
+    table = resolver.table
+    service = sorted(".".join(split_labels(parent)) for parent in table.children)[0]
+    rng = random.Random(5)
+    r = Resolver(table)
+    for make in (lambda name, i: plain_query(name, 1, i), lambda name, i: edns_query(name, 28, do=True, qid=i)):
+        queries = set()
+        for i in range(200):
+            name = "".join(rng.choice("abcdefXYZ0123") for _ in range(12)) + "." + mixed_case(service, rng)
+            packet = make(name, i)
+            reply, q = r.resolve(packet)
+            assert reply == full_path(resolver, packet), name
+            queries.add(id(q))
+        assert not r._packets and not r._folded  # (each name seen once)
+        assert len(queries) == 1
+    assert len(r._absent) == 2
+    r.flush()
+    assert not r._absent
+    for size in range(1232, 1332):
+        packet = edns_query(f"flood{size}." + service, 1, payload=size)
+        assert r.handle(packet) == full_path(resolver, packet)
+        assert len(r._absent) <= 16
+
+
 def test_mutated_packets_get_the_replies_of_the_path_without_lanes(resolver, monkeypatch):
     """Bytes flipped, cut or added anywhere in plain and EDNS queries for compiled, missing and SRV
     names: each reply (and a repeat, and the packet in another letter case) is the one the resolver
