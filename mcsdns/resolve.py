@@ -67,7 +67,7 @@ PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, the
 _ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slots, tuple, Query and object headers
 RUN_CACHE_ENTRIES = 8192  # --loadbalance: multi-record bodies whose address run is known
 SIGHTED_SLOTS = 1 << 16  # hashes of names that cannot exist, seen once (a direct-mapped table: a new one overwrites)
-ABSENT_SHAPES = 4096  # `_absent_child`'s replies by shape (a flood of random names below 1,000 services: ~1,000 per type)
+ABSENT_SHAPES = 4096  # `_absent_child`'s replies by shape (a flood of random names: one per question length, type, RD/CD, OPT)
 NEGATIVE_CACHE_ENTRIES = 32768  # questions with a cached NXDOMAIN/NODATA body (the bodies are shared)
 _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garbage) or SERVFAIL
 # Header bytes 4-11 of a query with one question and no other records. For such a packet,
@@ -416,7 +416,8 @@ class Resolver:
         the first (`_absent_shape`). Observers read the name from the packet (querylog), or only
         its zone (metrics), which the shape fixes; the object's sizes, type and EDNS are every
         such packet's, so it is marked REUSED and the metrics count it from their precomputed
-        slots. A random-subdomain flood's names are a handful of shapes per service.
+        slots. A random-subdomain flood's names are a few shapes in all: the service is not in the
+        key, only where the question ends and the zone.
         """
         self._keep = False
         shape = (end, zone, (data[2] & 1) | (data[3] & 0x10), data[end - 4 :])  # (the zone's hash is cached)
