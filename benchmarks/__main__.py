@@ -20,6 +20,17 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
+def _rate(text: str) -> float:
+    """A q/s flag: a finite number >= 0 (0: that run is skipped), or argparse's usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a rate is a finite number of queries per second >= 0, not {text!r}")
+    return value
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -39,9 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--step-seconds", type=float, default=4.0, help="length of each rate step")
     r.add_argument("--steps", type=int, default=5, help="rate steps per server and mix")
     r.add_argument("--latency-seconds", type=float, default=6.0)
-    r.add_argument("--common-rate", type=float, default=suite.Options.common_rate,
+    r.add_argument("--common-rate", type=_rate, default=suite.Options.common_rate,
                    help="q/s of one more latency run, the same for every server (where it is at most half the "
                         "server's max rate; 0 = none)")
+    r.add_argument("--cost-rate", type=_rate, default=suite.Options.cost_rate,
+                   help="q/s of one more rate step, the same for every server and mix, for CPU per query at one "
+                        "rate (where it is at most 80%% of the server's max rate; 0 = none)")
     r.add_argument("--sizes", type=_ints, default=(1000, 10000, 50000), help="imports per scale step")
     r.add_argument("--scale-headless", type=_ints, default=(10, 100, 1000), help="headless services (endpoints each) at every scale step")
     r.add_argument("--changes", type=int, default=200, help="writes timed for propagation")
@@ -106,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         opts = suite.Options(
             out=args.out, imports=args.imports, probe_seconds=args.probe_seconds, step_seconds=args.step_seconds,
-            steps=args.steps, latency_seconds=args.latency_seconds, common_rate=args.common_rate, sizes=args.sizes,
+            steps=args.steps, latency_seconds=args.latency_seconds, common_rate=args.common_rate,
+            cost_rate=args.cost_rate, sizes=args.sizes,
             scale_headless=args.scale_headless, changes=args.changes, **common,
         )
     from . import servers

@@ -18,7 +18,16 @@ Method (docs/performance.md explains why):
    server's max rate (`Capacity.common`): at half load a fast server is driven
    several times harder than a slow one, and its tail then says more about the
    load generator and the machine than about the server.
-4. What limited the rate: at the failing step above the best pass that got
+4. CPU per query at one rate (the suite's `--cost-rate`): one more rate step
+   at that rate, the same for every server and mix, where it is at most 80%
+   of the server's max rate (`Capacity.cost`). The CPU per query of step 2 is
+   taken at each server's and mix's own max rate, and a Python server's cost
+   per query falls steeply with the rate (more datagrams per recvmmsg and per
+   trip through the event loop), so two mixes whose maxima differ by 10% look
+   10% apart in cost however alike their code paths are; at one rate, the
+   figures compare what each query costs. Both are reported. The common
+   latency run's CPU is kept too (`Capacity.common`): the cost at light load.
+5. What limited the rate: at the failing step above the best pass that got
    the most answers, was the server's core saturated (`server`)? If not, and
    dnsperf's was, or dnsperf fell short of the asked rate while losing nothing
    (it could not send faster; the server had CPU to spare), the figure is the
@@ -49,6 +58,7 @@ ACHIEVED = 0.97  # ... and sends at least 97% of the asked rate
 SATURATED = 0.85  # a core this busy during a step (share of its wall time) is the step's limit
 CLIENTS = 16  # dnsperf client sockets (-c) of the probe and the rate steps
 OUTSTANDING = 2000  # queries in flight (-q): enough that dnsperf never waits for a fast server
+COST_SHARE = 0.8  # the one-rate CPU step runs where its rate is at most this share of the max rate
 SMOKE_ATTEMPTS = 3  # a smoke run (no rate search) that got no answer at all is run again, up to this often
 
 
@@ -203,6 +213,9 @@ class Capacity:
     # when not asked, or when that rate is over half this server's max rate (not measured: it would be
     # near saturation)
     common: dict | None = None
+    # CPU per query at the suite's one rate (step 4): {"rate", "qps", "cpu_per_100k", "loss", "passed"};
+    # None when not asked or when that rate is over COST_SHARE of max_qps
+    cost: dict | None = None
     rcodes: dict[str, int] = field(default_factory=dict)  # from the latency run
     # (asked, achieved, loss, passed, server core busy, dnsperf core busy): busy as a share of the step's time
     steps: list[tuple[float, float, float, bool, float, float]] = field(default_factory=list)
@@ -236,9 +249,10 @@ class Capacity:
 def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
             step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
             server_cpus: str | None = None, delay: Callable[[], float] | None = None,
-            checker: "Checker | None" = None, edns: bool = True, common_rate: float = 0.0) -> Capacity:
-    """Max sustained rate, CPU per 100k and latency at half of it and at `common_rate` (module
-    docstring), with an interference check and, when given, the answer `checker` running throughout."""
+            checker: "Checker | None" = None, edns: bool = True, common_rate: float = 0.0,
+            cost_rate: float = 0.0) -> Capacity:
+    """Max sustained rate, CPU per 100k and latency at half of it and at `common_rate`, CPU per 100k at
+    `cost_rate` (module docstring), with an interference check and, when given, the answer `checker` running throughout."""
     import time
 
     from . import procstat
@@ -255,7 +269,7 @@ def measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | No
     try:
         cap = _measure(port, qfile, meter=meter, cpu=cpu, probe_seconds=probe_seconds, step_seconds=step_seconds,
                        steps=steps, latency_seconds=latency_seconds, timeout=timeout, cores=shares, edns=edns,
-                       common_rate=common_rate)
+                       common_rate=common_rate, cost_rate=cost_rate)
     finally:
         if checker is not None:
             cap_check = checker.stop()
@@ -293,7 +307,8 @@ def limit_of(steps: list[tuple], best_rate: float) -> str:
 
 def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | None, probe_seconds: float,
              step_seconds: float, steps: int, latency_seconds: float, timeout: float = 1.0,
-             cores: tuple[int, int] = (1, 1), edns: bool = True, common_rate: float = 0.0) -> Capacity:
+             cores: tuple[int, int] = (1, 1), edns: bool = True, common_rate: float = 0.0,
+             cost_rate: float = 0.0) -> Capacity:
     cap = Capacity()
     if steps == 0:  # smoke: one verbose run at a modest fixed rate proves the path works, measures nothing
         for _ in range(SMOKE_ATTEMPTS):  # on a busy shared machine a server can be starved for a second
@@ -310,6 +325,8 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
         cap.limit = limit_of(cap.steps, 2000)
         if not run.completed:
             cap.error = f"no answers ({run.note})"
+        cap.cost = _cost(port, qfile, cost_rate, cap.max_qps, seconds=step_seconds, cpu=cpu, meter=meter,
+                         timeout=timeout, edns=edns)
         return cap
     probe = dnsperf(port, qfile, seconds=probe_seconds, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
     cap.probe_qps = probe.qps
@@ -349,8 +366,21 @@ def _measure(port: int, qfile: Path, *, meter: Callable[[], float], cpu: str | N
     if common_rate and common_rate <= rate:
         run, (p50, p99, p999) = _latency(port, qfile, common_rate, latency_seconds, cpu=cpu, meter=meter,
                                          timeout=timeout, edns=edns)
-        cap.common = {"rate": common_rate, "p50": p50, "p99": p99, "p999": p999, "loss": run.loss}
+        cap.common = {"rate": common_rate, "p50": p50, "p99": p99, "p999": p999, "loss": run.loss,
+                      "cpu_per_100k": run.cpu_per_100k}
+    cap.cost = _cost(port, qfile, cost_rate, cap.max_qps, seconds=step_seconds, cpu=cpu, meter=meter,
+                     timeout=timeout, edns=edns)
     return cap
+
+
+def _cost(port: int, qfile: Path, rate: float, max_qps: float, *, seconds: float, cpu: str | None,
+          meter: Callable[[], float], timeout: float, edns: bool) -> dict | None:
+    """`Capacity.cost`: one rate step at `rate` (module docstring, item 4), None when `rate` is 0 or over
+    COST_SHARE of `max_qps`."""
+    if not rate or rate > COST_SHARE * max_qps:
+        return None
+    run = dnsperf(port, qfile, seconds=seconds, rate=rate, cpu=cpu, meter=meter, timeout=timeout, edns=edns)
+    return {"rate": rate, "qps": run.qps, "cpu_per_100k": run.cpu_per_100k, "loss": run.loss, "passed": run.passed}
 
 
 def _latency(port: int, qfile: Path, rate: float, seconds: float, *, cpu: str | None, meter: Callable[[], float],

@@ -71,6 +71,7 @@ class Options:
     steps: int = 5
     latency_seconds: float = 6.0
     common_rate: float = 5000.0  # q/s of the latency run every server gets at the same offered load (0: none)
+    cost_rate: float = 50000.0  # q/s of the CPU step every server and mix gets at the same rate (0: none)
     sizes: tuple[int, ...] = (1000, 10000, 50000)
     scale_headless: tuple[int, ...] = (10, 100, 1000)
     scale_step_seconds: float = 4.0  # as the throughput steps: the flat-rate target compares these figures
@@ -97,7 +98,7 @@ class Options:
     @classmethod
     def smoke_options(cls, out: Path, **kw: Any) -> "Options":
         base = dict(out=out, smoke=True, imports=30, probe_seconds=0.2, step_seconds=0.3, steps=0,
-                    latency_seconds=0.2, common_rate=0.0, sizes=(30,), scale_headless=(10, 100), scale_step_seconds=0.3,
+                    latency_seconds=0.2, common_rate=0.0, cost_rate=500.0, sizes=(30,), scale_headless=(10, 100), scale_step_seconds=0.3,
                     scale_steps=0, changes=6, scale_changes=2, timeout=1.0, retries=0, quiet_wait=0.0,
                     uncached_lines=2000, check_rate=500.0)
         base.update(kw)
@@ -292,7 +293,7 @@ class Suite:
                                            probe_seconds=o.probe_seconds, step_seconds=o.step_seconds, steps=o.steps,
                                            latency_seconds=o.latency_seconds, timeout=o.timeout, server_cpus=server.cpu,
                                            delay=server.run_delay, checker=check, edns=edns,
-                                           common_rate=o.common_rate)
+                                           common_rate=o.common_rate, cost_rate=o.cost_rate)
                         got.attempts, got.waited_for_quiet = attempt + 1, round(waited, 1)
                         attempts.append(got.summary())
                         if check is not None:

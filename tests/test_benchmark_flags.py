@@ -33,3 +33,12 @@ def test_help_and_a_bad_flag(script: str) -> None:
     refused = _run(f"benchmarks.{script}", "--no-such-flag")
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "usage:" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("flag", ["--common-rate", "--cost-rate"])
+@pytest.mark.parametrize("value", ["-5", "nan", "inf", "fast"])
+def test_a_rate_flag_refuses_what_is_not_a_rate(flag: str, value: str) -> None:
+    """A negative or non-finite rate would reach dnsperf's -Q (or skip the run unnoticed): usage error."""
+    refused = _run("benchmarks", "run", flag, value)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"argument {flag}" in refused.stderr and "Traceback" not in refused.stderr

@@ -54,6 +54,8 @@ def test_benchmark_smoke(testbin: Path, tmp_path: Path) -> None:
             # The answer checker ran beside dnsperf and found every reply right.
             assert got["check"]["checked"] > 0 and got["check"]["wrong"] == 0, (mix, server, got["check"])
             assert got["limit"] in ("server", "load generator", "not reached", "unclear"), (mix, server)
+            # The one-rate CPU step ran (the smoke's rate, 500 q/s, is far below any server's 2,000).
+            assert got["cost"]["rate"] == 500 and got["cost"]["qps"] > 0, (mix, server, got["cost"])
     # Every server agrees on what each mix is (same data, same rcodes).
     for mix in ("clusterset_a", "nxdomain", "headless100_a", "clusterset_a_case", RANDOM_SUBDOMAIN):
         kinds = {server: set(results["throughput"][mix][server]["rcodes"]) for server in SERVERS}
