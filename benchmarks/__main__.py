@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import report, suite
+from . import flags, report, suite
 from .queries import MIXES
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -18,17 +18,6 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
-
-
-def _rate(text: str) -> float:
-    """A q/s flag: a finite number >= 0 (0: that run is skipped), or argparse's usage error."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"a rate is a finite number of queries per second >= 0, not {text!r}")
-    return value
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -50,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--step-seconds", type=float, default=4.0, help="length of each rate step")
     r.add_argument("--steps", type=int, default=5, help="rate steps per server and mix")
     r.add_argument("--latency-seconds", type=float, default=6.0)
-    r.add_argument("--common-rate", type=_rate, default=suite.Options.common_rate,
+    r.add_argument("--common-rate", type=flags.rate, default=suite.Options.common_rate,
                    help="q/s of one more latency run, the same for every server (where it is at most half the "
                         "server's max rate; 0 = none)")
-    r.add_argument("--cost-rate", type=_rate, default=suite.Options.cost_rate,
+    r.add_argument("--cost-rate", type=flags.rate, default=suite.Options.cost_rate,
                    help="q/s of one more rate step, the same for every server and mix, for CPU per query at one "
                         "rate (where it is at most 80%% of the server's max rate; 0 = none)")
     r.add_argument("--sizes", type=_ints, default=(1000, 10000, 50000), help="imports per scale step")

@@ -1,0 +1,24 @@
+"""argparse types the benchmark commands share, so a rate means the same thing to every one of them."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def rate(text: str) -> float:
+    """A q/s flag: a finite number >= 0 (0: that run is skipped), or argparse's usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a rate is a finite number of queries per second >= 0, not {text!r}")
+    return value
+
+
+def rates(text: str) -> tuple[float, ...]:
+    """Comma-separated rates, each above 0 (a fixed-rate measurement needs a load), at least one."""
+    values = tuple(rate(x) for x in text.split(",") if x.strip())
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"one or more rates above 0, comma-separated, not {text!r}")
+    return values
