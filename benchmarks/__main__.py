@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the throughput data set")
     r.add_argument("--servers", type=_names, default=suite.SERVERS, help="servers to measure")
     r.add_argument("--variants", type=_names, default=(), help="extra servers: mcsdns-wN (N workers, unpinned), coredns-cacheN (CoreDNS with `cache N`)")
-    r.add_argument("--mixes", type=_names, default=MIXES, help="query mixes")
+    r.add_argument("--mixes", type=flags.mixes, default=MIXES, help="query mixes")
     r.add_argument("--probe-seconds", type=float, default=2.0)
     r.add_argument("--step-seconds", type=float, default=4.0, help="length of each rate step")
     r.add_argument("--steps", type=int, default=5, help="rate steps per server and mix")

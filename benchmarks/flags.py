@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .queries import MIXES
+
 
 def rate(text: str) -> float:
     """A q/s flag: a finite number >= 0 (0: that run is skipped), or argparse's usage error."""
@@ -22,3 +24,13 @@ def rates(text: str) -> tuple[float, ...]:
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"one or more rates above 0, comma-separated, not {text!r}")
     return values
+
+
+def mixes(text: str) -> tuple[str, ...]:
+    """Comma-separated query mixes, each one `queries.MIXES` knows: a typo is a usage error before
+    anything starts, not a traceback once the servers are up."""
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [n for n in names if n not in MIXES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown mix {', '.join(unknown) or text!r}; known: {', '.join(MIXES)}")
+    return names

@@ -105,14 +105,6 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
 
 
-def _names(text: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [n for n in names if n not in queries.MIXES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"mixes from {', '.join(queries.MIXES)}; not {', '.join(unknown) or text!r}")
-    return names
-
-
 def _positive(text: str) -> float:
     value = flags.rate(text)
     if value <= 0:
@@ -134,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.knot_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=_rounds, default=5, help="times each server measures every mix and rate")
     parser.add_argument("--rates", type=flags.rates, default=RATES, help="q/s, comma-separated (default: %(default)s)")
-    parser.add_argument("--mixes", type=_names, default=MIXES, help="query mixes, comma-separated")
+    parser.add_argument("--mixes", type=flags.mixes, default=MIXES, help="query mixes, comma-separated")
     parser.add_argument("--seconds", type=_positive, default=4.0, help="seconds per measured run (the suite's step)")
     parser.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the data set (the suite's)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")

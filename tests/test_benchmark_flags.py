@@ -42,3 +42,9 @@ def test_a_rate_flag_refuses_what_is_not_a_rate(flag: str, value: str) -> None:
     refused = _run("benchmarks", "run", flag, value)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"argument {flag}" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_an_unknown_mix_is_a_usage_error() -> None:
+    refused = _run("benchmarks", "run", "--mixes", "clusterset_a,no_such_mix", "--skip-scale", "--skip-propagation")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "unknown mix 'no_such_mix'" in refused.stderr and "Traceback" not in refused.stderr
