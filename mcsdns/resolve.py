@@ -36,6 +36,7 @@ from __future__ import annotations
 import struct
 from array import array
 from dataclasses import dataclass
+from random import getrandbits as _coin  # `resolve`: which of two notes a third replaces
 
 from . import compile as zone
 from . import vocab
@@ -66,7 +67,7 @@ PACKET_CACHE_ENTRIES = 32768  # distinct UDP query packets whose replies are kep
 PACKET_CACHE_BYTES = 24 << 20  # and their memory, estimated (full: emptied, then refilled)
 _ENTRY_OVERHEAD = 400  # per cached packet beyond its bytes: dict slots, tuple, Query and object headers
 RUN_CACHE_ENTRIES = 8192  # --loadbalance: multi-record bodies whose address run is known
-SIGHTED_SLOTS = 1 << 16  # hashes of names that cannot exist, seen once (a direct-mapped table: a new one overwrites)
+SIGHTED_SLOTS = 1 << 16  # hashes of names that cannot exist, seen once (two slots per index: see `resolve`)
 ABSENT_SHAPES = 4096  # `_absent_child`'s replies by shape (a flood of random names: one per question length, type, RD/CD, OPT)
 NEGATIVE_CACHE_ENTRIES = 32768  # questions with a cached NXDOMAIN/NODATA body (the bodies are shared)
 _CACHEABLE_RCODES = (0, 3, 5)  # NOERROR, NXDOMAIN, REFUSED: never FORMERR (garbage) or SERVFAIL
@@ -152,8 +153,8 @@ class Resolver:
         # Where reply() copied the query's zone spelling, and the body's zone_slots and ends:
         self._spelled: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
         self._keep = True  # False: this reply is cheap to make again: cached only on second sight
-        # The hashes of such replies' packet-cache keys seen once, at hash & (SIGHTED_SLOTS - 1) (see `resolve`):
-        # machine integers, so the table holds no object per name and empties with one allocation.
+        # The hashes of such replies' packet-cache keys seen once, at hash & (SIGHTED_SLOTS - 2) or the slot
+        # after it (see `resolve`): machine integers, so the table holds no object per name and empties with one allocation.
         self._sighted = array("q", bytes(8 * SIGHTED_SLOTS))
 
     def handle(self, data: bytes, tcp: bool = False) -> bytes | Forward | None:
@@ -229,18 +230,28 @@ class Resolver:
             # A name that cannot exist (NXDOMAIN or NODATA, synced, EDNS version 0: cacheable): cached
             # on its second sight only (the first is noted in `_sighted`), so a flood of unique names
             # fills no cache, while names asked again (an NXDOMAIN mix, search-path expansions) become
-            # cache hits. The sightings are a direct-mapped table of the keys' hashes (computed by the
+            # cache hits. The sightings are a fixed table of the keys' hashes (computed by the
             # cache lookups above, and salted per process, so nobody can aim collisions): bounded,
             # nothing to empty (emptying a set of 32,768 keys stalled the event loop for up to 2.7 ms
-            # of CPU: benchmarks/results/stalls-previous.json), nothing kept per name. Two names on
-            # one slot only take a third sight to be cached; a hash equal to another's (a 64-bit
-            # coincidence) caches a reply on its first sight: the same reply, only earlier.
+            # of CPU: benchmarks/results/stalls-previous.json), nothing kept per name. A note goes
+            # into one of two slots (a pair at an even index), an empty one first, else one of the
+            # two at random: when a note always replaced the last one in a single slot, two names
+            # on that slot asked in turn (a query file played in a loop, search-path expansions
+            # between other queries) wiped each other's note for good and were never cached (1,732
+            # of the 11,000 names of the benchmark's nxdomain mix, at 65,536 slots). Now a name
+            # asked twice in a row is cached at its second sight as before, and names sharing a
+            # pair in turn reach theirs within a few turns, in any order. A hash equal to another's
+            # (a 64-bit coincidence) caches a reply on its first sight: the same reply, only earlier.
             seen = hash(exact if folded is None else folded)
             sighted = self._sighted
-            slot = seen & (SIGHTED_SLOTS - 1)
+            slot = seen & (SIGHTED_SLOTS - 2)
             if sighted[slot] != seen:
-                sighted[slot] = seen
-                return outcome
+                if sighted[slot + 1] != seen:
+                    if sighted[slot] and (not sighted[slot + 1] or _coin(1)):
+                        slot += 1
+                    sighted[slot] = seen
+                    return outcome
+                slot += 1
             sighted[slot] = 0
         elif reply[3] & 0x0F not in _CACHEABLE_RCODES or q.edns_version or not table.synced:
             return outcome
