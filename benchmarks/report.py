@@ -561,47 +561,31 @@ def markdown(results: dict) -> str:
                   "busy while dnsperf's was saturated, or dnsperf sent less than asked and nothing was lost, so the "
                   "server's capacity is higher; ° no step failed (the limit was not reached: a lower bound); ? a step "
                   "lost queries with neither core saturated. CPU per query (below) is measured in every case; the table at one rate compares it at the same load."]
+        columns = ["Mix"] + [name(s) for s in servers]
+
+        def table(cell: Callable[[dict], str]) -> list[str]:
+            """One row per mix, one column per server: `cell` of that server's figures for the mix ({}: none)."""
+            rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            for mix in mixes:
+                rows.append("| " + " | ".join([mix] + [cell(_get(results, mix, s) or {}) for s in servers]) + " |")
+            return rows
+
         if any((_get(results, m, x) or {}).get("check") for m in mixes for x in servers):
             lines += ["", "Answers checked under load (the checker beside dnsperf; see docs/performance.md), "
                       "checked / wrong / unanswered:", ""]
-            head = ["Mix"] + [name(s) for s in servers]
-            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            for mix in mixes:
-                row = [mix]
-                for s in servers:
-                    c = (_get(results, mix, s) or {}).get("check")
-                    row.append("n/a" if not c else f"{c['checked']} / " + (f"**{c['wrong']}**" if c["wrong"] else "0")
-                               + f" / {c['unanswered']}")
-                lines.append("| " + " | ".join(row) + " |")
+            lines += table(lambda d: "n/a" if not d.get("check") else f"{d['check']['checked']} / "
+                           + (f"**{d['check']['wrong']}**" if d["check"]["wrong"] else "0") + f" / {d['check']['unanswered']}")
         lines += ["", "Latency at 50% of each server's max rate, p50 / p99 / p99.9 in microseconds:", ""]
-        head = ["Mix"] + [name(s) for s in servers]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for mix in mixes:
-            row = [mix]
-            for s in servers:
-                d = _get(results, mix, s)
-                row.append("n/a" if not d else f"{_us(d.get('p50'))} / {_us(d.get('p99'))} / {_us(d.get('p999'))}")
-            lines.append("| " + " | ".join(row) + " |")
+        lines += table(lambda d: "n/a" if not d else f"{_us(d.get('p50'))} / {_us(d.get('p99'))} / {_us(d.get('p999'))}")
         rate = common_rate(results)
         if rate is not None:
             lines += ["", f"Latency at one offered load, {rate:,.0f} q/s for every server, p50 / p99 / p99.9 in "
                       "microseconds (\"-\": over half that server's max rate, not measured):", ""]
-            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            for mix in mixes:
-                row = [mix]
-                for s in servers:
-                    c = (_get(results, mix, s) or {}).get("common")
-                    row.append("-" if not c else f"{_us(c.get('p50'))} / {_us(c.get('p99'))} / {_us(c.get('p999'))}")
-                lines.append("| " + " | ".join(row) + " |")
+            lines += table(lambda d: "-" if not d.get("common") else
+                           "{} / {} / {}".format(*(_us(d["common"].get(k)) for k in ("p50", "p99", "p999"))))
             lines += ["", *common_latency_summary(results)]
         lines += ["", "Server CPU seconds per 100k queries (at the max rate):", ""]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for mix in mixes:
-            row = [mix]
-            for s in servers:
-                d = _get(results, mix, s)
-                row.append(_f(d.get("cpu_per_100k") if d else None, "{:.2f}"))
-            lines.append("| " + " | ".join(row) + " |")
+        lines += table(lambda d: _f(d.get("cpu_per_100k"), "{:.2f}"))
         one_rate = cost_rate(results)
         if one_rate is not None:
             lines += ["", f"Server CPU seconds per 100k queries at one rate, {one_rate:,.0f} q/s for every server and "
@@ -609,24 +593,12 @@ def markdown(results: dict) -> str:
                       "or fell short of the rate). At its own max rate each server and mix is measured at another "
                       "load, and a batching server's cost per query falls with the load; here every figure is "
                       "taken at the same one:", ""]
-            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            for mix in mixes:
-                row = [mix]
-                for s in servers:
-                    c = (_get(results, mix, s) or {}).get("cost")
-                    row.append("-" if not c else "lost" if _cost_cpu({"cost": c}, one_rate) is None
-                               else f"{c['cpu_per_100k']:.2f}")
-                lines.append("| " + " | ".join(row) + " |")
+            lines += table(lambda d: "-" if not d.get("cost") else "lost" if _cost_cpu(d, one_rate) is None
+                           else f"{d['cost']['cpu_per_100k']:.2f}")
         if rate is not None:
             lines += ["", f"Server CPU seconds per 100k queries at light load, {rate:,.0f} q/s (the common latency run, "
                       "its warm-up included; \"-\": not measured):", ""]
-            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            for mix in mixes:
-                row = [mix]
-                for s in servers:
-                    c = (_get(results, mix, s) or {}).get("common") or {}
-                    row.append(_f(c.get("cpu_per_100k"), "{:.2f}", "-"))
-                lines.append("| " + " | ".join(row) + " |")
+            lines += table(lambda d: _f((d.get("common") or {}).get("cpu_per_100k"), "{:.2f}", "-"))
         lines += ["", "Mixes and the response codes seen (latency run of the first server):", ""]
         lines += ["| Mix | What | Response codes |", "|---|---|---|"]
         for mix in mixes:
