@@ -26,7 +26,7 @@ from typing import Any
 
 from . import dataset, flags, load, provenance, queries
 from .report import CPU_LIMITS
-from .servers import Knot, Mcsdns, Server
+from .servers import Knot, Mcsdns, Server, tool_path
 from .suite import Options, own_cpu, wait_quiet
 
 # The mixes the Knot target is read on (results.md, "cached mixes"): every cached mix but the
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the data set (the suite's)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
-    missing = [tool for tool in ("dnsperf", "knotd") if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
+    missing = [tool for tool in ("dnsperf", "knotd") if tool_path(tool) is None]
     if missing:
         print(f"knot_cost: {', '.join(missing)} not found (apt install dnsperf knot)", file=sys.stderr)
         return 1

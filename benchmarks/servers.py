@@ -118,6 +118,15 @@ def answers(port: int, name: str, rdtype: str = "A", timeout: float = 0.5) -> se
 PROBE_WAIT = 0.02  # seconds a start-up probe waits for its answer (see Server.start)
 
 
+def tool_path(tool: str) -> str | None:
+    """Where a load generator or peer the benchmarks run is installed: on PATH, or in /usr/sbin (where
+    Debian puts knotd, and which a non-root PATH lacks); None when it is not."""
+    found = shutil.which(tool)
+    if found is None and Path(f"/usr/sbin/{tool}").exists():
+        found = f"/usr/sbin/{tool}"
+    return found
+
+
 class Server:
     """One server process; subclasses say how to start it."""
 
@@ -342,5 +351,4 @@ class Knot(Server):
             "    journal-content: none\n"
             "    zonefile-sync: -1\n"
         )
-        knotd = shutil.which("knotd") or "/usr/sbin/knotd"
-        return [knotd, "-c", str(conf)]
+        return [tool_path("knotd") or "/usr/sbin/knotd", "-c", str(conf)]

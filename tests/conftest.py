@@ -77,6 +77,16 @@ def require_testbin() -> Path:
         pytest.skip(str(err))
 
 
+@pytest.fixture
+def benchmark_tools() -> None:
+    """dnsperf and knotd, which the benchmarks drive, or skip (a failure in CI: see pytest_runtest_makereport)."""
+    from benchmarks.servers import tool_path
+
+    for tool, package in (("dnsperf", "dnsperf"), ("knotd", "knot")):
+        if tool_path(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install {package}; .ci/run installs it)")
+
+
 @pytest.fixture(scope="session")
 def testbin() -> Path:
     """The testbin cache dir, for tests that start their own Testbed (or CoreDNS)."""

@@ -10,7 +10,6 @@ The numbers of a smoke run mean nothing; the full measurement is
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,14 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.kube
 
 
-def _require(tool: str, package: str) -> None:
-    if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
-        pytest.skip(f"{tool} is not installed (apt-get install {package}; .ci/run installs it)")  # CI: a failure
-
-
-def test_benchmark_smoke(testbin: Path, tmp_path: Path) -> None:
-    _require("dnsperf", "dnsperf")
-    _require("knotd", "knot")
+def test_benchmark_smoke(testbin: Path, tmp_path: Path, benchmark_tools: None) -> None:
     out = tmp_path / "results"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "run", "--smoke", "--out", str(out)],

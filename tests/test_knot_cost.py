@@ -9,7 +9,6 @@ stored run's.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,19 +20,12 @@ from benchmarks.knot_cost import summarize, verdicts
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _require(tool: str, package: str) -> None:
-    if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
-        pytest.skip(f"{tool} is not installed (apt-get install {package}; .ci/run installs it)")  # CI: a failure
-
-
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "benchmarks.knot_cost", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 
-def test_a_short_run_measures_both_servers_in_every_round(tmp_path: Path) -> None:
-    _require("dnsperf", "dnsperf")
-    _require("knotd", "knot")
+def test_a_short_run_measures_both_servers_in_every_round(tmp_path: Path, benchmark_tools: None) -> None:
     out = tmp_path / "knot_cost.json"
     proc = _run("--rounds", "2", "--rates", "2000", "--mixes", "clusterset_a", "--seconds", "1", "--out", str(out),
                 timeout=180)
