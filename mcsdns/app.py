@@ -56,11 +56,13 @@ class App:
             self.resolver,
             forward=self.forwarder.forward if self.forwarder is not None else None,
             observe=chain(self.metrics.observe, QueryLog().observe) if config.log_queries else self.metrics.observe,
-            tcp_limits=TcpLimits(config.max_tcp_connections, config.tcp_idle_timeout, config.tcp_max_queries),
+            tcp_limits=TcpLimits(config.max_tcp_connections, config.tcp_idle_timeout, config.tcp_max_queries,
+                                 config.tcp_first_query_timeout, config.max_tcp_connections_per_source).fitted(),
             reuse_port=config.workers > 1,
         )
         self.server.on_panic = self.metrics.panic
-        self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder))
+        self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder,
+                                   self.server.tcp))
         self.source = self._make_source()
         if config.dns_sd:
             from .dnssd import DnsSd

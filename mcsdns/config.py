@@ -114,10 +114,17 @@ class Config:
     local_cluster: str | None = None  # a cluster id or "auto" (KEP-2149 ClusterProperty): its endpoints first, SRV 0/10
     reverse_cidrs: tuple[str, ...] = ()  # serve PTR for clusterset addresses in these CIDRs' reverse zones
     dns_sd: bool = False  # DNS-SD browsing names (RFC 6763)
-    # DNS over TCP (RFC 7766). A connection costs a socket and a little memory; these bound both.
-    max_tcp_connections: int = 1000  # open at once; beyond it a new connection is closed at once
-    tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout); also bounds a stalled reader
+    # DNS over TCP (RFC 7766; the policy is tcp.py's). A connection costs a descriptor and about 2 KB (the RSS
+    # figures of benchmarks.tcp_hold), so the cap bounds both; over it, the connection longest without a
+    # complete query makes room (never a refusal). A client holding more than the cap and reopening what is
+    # closed makes every accept an eviction, and new connections queue behind its surplus: so the cap sits
+    # well above what one client can hold (20000, ~40 MB), lowered to fit the open-file limit (TcpLimits.fitted).
+    max_tcp_connections: int = 20000
+    tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's idle timeout); also bounds a stalled reader
+    tcp_first_query_timeout: float = 3.0  # seconds from the accept to the first complete query (CoreDNS: a few)
     tcp_max_queries: int = 0  # per connection, then it is closed after the replies; 0 = no limit
+    # Per client address; 0 = none. Off by default: behind a node's SNAT, one address carries every pod of the node.
+    max_tcp_connections_per_source: int = 0
 
     # Admin HTTP: /health, /ready, /metrics on one listener (CoreDNS's metrics port).
     http_listen: tuple[str, int] | None = ("127.0.0.1", 9153)
@@ -186,6 +193,11 @@ class Config:
             raise ConfigError(f"--max-tcp-connections must be in range [1, 1000000]: {self.max_tcp_connections}")
         if not 0 < self.tcp_idle_timeout <= 3600:
             raise ConfigError(f"--tcp-idle-timeout must be in range (0, 3600] seconds: {self.tcp_idle_timeout}")
+        if not 0 < self.tcp_first_query_timeout <= 3600:
+            raise ConfigError(f"--tcp-first-query-timeout must be in range (0, 3600] seconds: {self.tcp_first_query_timeout}")
+        if not 0 <= self.max_tcp_connections_per_source <= 1_000_000:
+            raise ConfigError("--max-tcp-connections-per-source must be in range [0, 1000000] (0: no cap): "
+                              f"{self.max_tcp_connections_per_source}")
         if not 0 <= self.tcp_max_queries <= 1_000_000_000:
             raise ConfigError(f"--tcp-max-queries must be in range [0, 1000000000] (0: no limit): {self.tcp_max_queries}")
         if not 1 <= self.workers <= 64:

@@ -210,6 +210,14 @@ class ForwarderView(Protocol):
     inflight: int
 
 
+class TcpView(Protocol):
+    """The TCP connection table (tcp.Connections): open connections, and the server's closes by reason."""
+
+    closed: Mapping[str, int]
+
+    def __len__(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Views:
     """The running server as the metrics see it: read-only, read at scrape time (and the table's
@@ -219,6 +227,7 @@ class Views:
     object_counts: Callable[[], Mapping[str, int]]  # objects known, by kind (Store.counts)
     servers: Callable[[], Iterable[str]]  # the listeners' `server` labels (dns://host:port)
     forwarder: ForwarderView | None = None
+    tcp: TcpView | None = None
 
 
 class Metrics(Collector):
@@ -552,7 +561,20 @@ class Metrics(Collector):
             since.add_metric([], time.monotonic() - self.last_sync)
             yield since
         if self.views is not None:
+            if self.views.tcp is not None:
+                yield from self._collect_tcp(self.views.tcp)
             yield from self._collect_table(self.views)
+
+    def _collect_tcp(self, tcp: TcpView) -> Iterable:
+        conns = GaugeMetricFamily("mcsdns_tcp_connections", "DNS-over-TCP connections open.")
+        conns.add_metric([], len(tcp))
+        yield conns
+        closed = CounterMetricFamily("mcsdns_tcp_connections_closed", "DNS-over-TCP connections the server closed, by "
+                                     "reason: evicted (table full), per_source, first_query_timeout, idle_timeout, "
+                                     "not_reading, max_queries, garbage.", labels=["reason"])
+        for reason, n in tcp.closed.items():
+            closed.add_metric([reason], n)
+        yield closed
 
     def _collect_table(self, views: Views) -> Iterable:
         """Table and store sizes, read from the live objects at scrape time (no gauges to keep in step)."""

@@ -216,8 +216,21 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "(README: [What is imported here?](#what-is-imported-here))", shown_default="off"),
     Option(
         "--max-tcp-connections", "max_tcp_connections", DNS, metavar="N", parse=integer,
-        help="open DNS-over-TCP connections at once; beyond it new ones are closed at once",
-        doc="open DNS-over-TCP connections; beyond it new ones are closed at once", shown_default="`1000`"),
+        help="open DNS-over-TCP connections at once; a new one over it is still accepted, and the connection "
+        "longest without a complete query is closed to make room (lowered to fit the open-file limit)",
+        doc="open DNS-over-TCP connections; over it the one longest without a complete query makes room for "
+        "the new one (lowered to fit the open-file limit)", shown_default="`20000`"),
+    Option(
+        "--max-tcp-connections-per-source", "max_tcp_connections_per_source", DNS, metavar="N", parse=integer,
+        help="open DNS-over-TCP connections per client address; over it that address's oldest is closed; "
+        "0 = no cap (default: a node's SNAT address carries every pod of the node)",
+        doc="open DNS-over-TCP connections per client address, over it that address's oldest makes room; `0` = "
+        "no cap (one SNAT address can carry a whole node)", shown_default="`0`"),
+    Option(
+        "--tcp-first-query-timeout", "tcp_first_query_timeout", DNS, metavar="DURATION", parse=seconds,
+        help="close a TCP connection that has not sent one complete query this long after it was accepted",
+        doc="close a TCP connection whose first complete query has not arrived this long after the accept",
+        shown_default="`3s`"),
     Option(
         "--tcp-idle-timeout", "tcp_idle_timeout", DNS, metavar="DURATION", parse=seconds,
         help="close a TCP connection that sends no complete query (or reads no reply) for this long",

@@ -83,7 +83,7 @@ SCRAPE_TIMEOUT = 2.0  # seconds a worker has to send its metrics for one /metric
 MAX_BACKLOG = 256 << 20  # bytes of updates a worker may leave unread before it is killed (and forked afresh)
 # The families a worker reports (its query path, its forwarder, its process); the rest is the supervisor's.
 WORKER_FAMILIES = ("coredns_dns_", "coredns_proxy_", "coredns_forward_", "coredns_panics", "coredns_plugin_enabled",
-                   "mcsdns_forward_", "mcsdns_dropped", "mcsdns_table_generation", "process_")
+                   "mcsdns_forward_", "mcsdns_dropped", "mcsdns_table_generation", "mcsdns_tcp_", "process_")
 HEADER = struct.Struct(">I")
 UPDATE_FAILED = 3  # a worker's exit code when it could not apply an update (restarted, never a startup error)
 

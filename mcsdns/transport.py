@@ -2,19 +2,18 @@
 
 UDP reads straight from a non-blocking socket in a reader callback, draining
 every datagram that is waiting before yielding to the loop: no transport or
-protocol objects per packet. TCP follows RFC 7766: several queries may be
-pipelined on one connection and are answered as they complete (forwarded
-ones may overtake), with an idle timeout and a cap on open connections.
+protocol objects per packet. TCP (tcp.py) follows RFC 7766: several queries
+may be pipelined on one connection and are answered as they complete
+(forwarded ones may overtake), under a connection policy that one client
+holding thousands of connections cannot use to lock the others out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import socket
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
@@ -22,12 +21,12 @@ from typing import Any, Awaitable, Callable, Protocol
 from . import mmsg
 from .querylog import errors
 from .resolve import Forward, LocalReply, Resolver, forward_failed, not_forwarding
+from .tcp import BACKLOG, Connection, Connections, TcpLimits
 from .vocab import FORMERR  # noqa: F401 (re-exported, as before)
 from .wire import Query
 
 log = logging.getLogger(__name__)
 
-U16 = struct.Struct(">H")
 UDP_BATCH = 64  # datagrams drained per wakeup before letting other work run
 UDP_ROUNDS = 4  # batched path: full batches of UDP_BATCH served per wakeup before letting other work run
 # Socket receive buffer asked for (the kernel caps it at net.core.rmem_max). The default (~200 KB,
@@ -65,13 +64,6 @@ class Observer(Protocol):
 ForwardFn = Callable[[Query, bool], Awaitable[bytes | None]]
 
 
-@dataclass(slots=True)
-class TcpLimits:
-    max_connections: int = 1000  # beyond this, new connections are closed at once
-    idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout is 10s)
-    max_queries: int = 0  # per connection; 0 = unlimited
-
-
 class DnsServer:
     """All listeners of one process, sharing one resolver."""
 
@@ -92,12 +84,11 @@ class DnsServer:
         self.resolver = resolver
         self.forward = forward
         self.observe = observe
-        self.tcp_limits = tcp_limits or TcpLimits()
+        self.tcp = Connections(self, tcp_limits or TcpLimits())
         self.reuse_port = reuse_port
         self._udp: list[socket.socket] = []
         self._batches: dict[socket.socket, mmsg.Batch] = {}
         self._tcp: list[asyncio.AbstractServer] = []
-        self._tcp_conns: set[asyncio.StreamWriter] = set()
         self._inflight: set[asyncio.Task] = set()
         self.addresses: list[tuple[str, int]] = []
         self.on_panic: Callable[[], None] | None = None  # metrics: coredns_panics_total
@@ -121,9 +112,9 @@ class DnsServer:
             actual = udp.getsockname()[1]
             fam = 2 if family == socket.AF_INET6 else 1
             label = server_label(host, actual)
-            server = await asyncio.start_server(
-                functools.partial(self._serve_tcp, Listener(label, "tcp", fam)), host, actual, family=family,
-                reuse_port=self.reuse_port or None, backlog=1024,
+            server = await loop.create_server(
+                self.tcp.factory(Listener(label, "tcp", fam)), host, actual, family=family,
+                reuse_port=self.reuse_port or None, backlog=BACKLOG,
             )
         except OSError:
             udp.close()
@@ -155,8 +146,7 @@ class DnsServer:
             await asyncio.sleep(0.05)
         for task in list(self._inflight):
             task.cancel()
-        for writer in list(self._tcp_conns):
-            writer.close()
+        self.tcp.close_all()
         for udp in self._udp:
             udp.close()
         self._udp.clear()
@@ -324,60 +314,33 @@ class DnsServer:
 
     # ----------------------------------------------------------------- TCP
 
-    async def _serve_tcp(self, where: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        limits = self.tcp_limits
-        if len(self._tcp_conns) >= limits.max_connections:
-            writer.close()
-            return
-        self._tcp_conns.add(writer)
-        client = writer.get_extra_info("peername")
-        served = 0
-        owed: set[asyncio.Task] = set()  # forwarded queries of this connection not answered yet
+    def answer_tcp(self, conn: Connection, data: bytes) -> bool:
+        """Answer one query read from a TCP connection (a forwarded one later); False for a frame too
+        short to hold a header, after which the connection reads no more."""
+        started = time.perf_counter() if self.observe else 0.0
         try:
-            while True:
-                try:
-                    prefix = await asyncio.wait_for(reader.readexactly(2), limits.idle_timeout)
-                    (length,) = U16.unpack(prefix)
-                    data = await asyncio.wait_for(reader.readexactly(length), limits.idle_timeout)
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
-                    break  # closed, idle, or a length prefix that lies: answer what is owed, then close
-                started = time.perf_counter() if self.observe else 0.0
-                try:
-                    reply, q = self.resolver.resolve(data, True)
-                except Exception:
-                    reply, q = self._panic(data, "TCP"), None
-                if isinstance(reply, Forward):
-                    task = self._spawn(self._forward_tcp(writer, where, client, data, reply, started))
-                    owed.add(task)
-                    task.add_done_callback(owed.discard)
-                else:
-                    self._write_tcp(writer, where, client, data, q, reply, started, False)
-                    if reply is None and len(data) < 12:
-                        break  # garbage without a header: drop the connection
-                served += 1
-                if limits.max_queries and served >= limits.max_queries:
-                    break
-                # A client that stops reading stalls here: it gets the same timeout as one that stops writing.
-                await asyncio.wait_for(writer.drain(), limits.idle_timeout)
-            if owed:  # RFC 7766: the forwarded answers still owed go out before the close
-                await asyncio.wait(owed, timeout=limits.idle_timeout)
-            await asyncio.wait_for(writer.drain(), limits.idle_timeout)
-        except (ConnectionError, asyncio.TimeoutError):
-            writer.transport.abort()  # nobody reads: drop what is buffered and free the socket now
-        finally:
-            self._tcp_conns.discard(writer)
-            writer.close()
-
-    def _write_tcp(self, writer: asyncio.StreamWriter, where: Listener, client: Any, data: bytes, q: Query | None,
-                   reply: bytes | None, started: float, forwarded: bool) -> None:
-        if reply is not None and not writer.is_closing():
-            writer.write(U16.pack(len(reply)) + reply)
+            reply, q = self.resolver.resolve(data, True)
+        except Exception:
+            reply, q = self._panic(data, "TCP"), None
+        if isinstance(reply, Forward):
+            conn.owed += 1
+            self._spawn(self._forward_tcp(conn, data, reply, started))
+            return True
+        if reply is not None:
+            conn.write(reply)
         if self.observe:
-            self.observe(where, client, data, q, reply, started, forwarded)
+            self.observe(conn.where, conn.peer, data, q, reply, started, False)
+        return reply is not None or len(data) >= 12
 
-    async def _forward_tcp(self, writer, where: Listener, client: Any, data: bytes, fwd: Forward, started: float) -> None:
-        reply = await self._forwarded(fwd, True)
-        self._write_tcp(writer, where, client, data, fwd.query, reply, started, True)
+    async def _forward_tcp(self, conn: Connection, data: bytes, fwd: Forward, started: float) -> None:
+        try:
+            reply = await self._forwarded(fwd, True)
+            if reply is not None:
+                conn.write(reply)
+            if self.observe:
+                self.observe(conn.where, conn.peer, data, fwd.query, reply, started, True)
+        finally:
+            conn.answered_forward()
 
 
 def _fmt(host: str, port: int) -> str:

@@ -238,7 +238,7 @@ def test_tcp_streams_that_lie(resolvers):
             assert all(closed for _, closed in results), "a connection was neither completed nor closed by the server"
             assert sum(n for n, _ in results) > 100
             await asyncio.sleep(0.2)
-            assert not server._tcp_conns, f"{len(server._tcp_conns)} connections still open"
+            assert not len(server.tcp), f"{len(server.tcp)} connections still open"
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(_frame(make_query(MAIN[0]).to_wire()))
             frames, _ = await _read_frames(reader, timeout=2.0)

@@ -109,32 +109,117 @@ def metric(server: Server, name: str, **labels: str) -> float:
 # (the TCP limit flags' range errors are in test_server.py's bad-flags table)
 
 
-def test_connection_cap(manifests):
-    """Beyond --max-tcp-connections a new connection is closed at once; the open ones and UDP keep working;
-    a slot freed is usable again."""
-    with serve(manifests, "--max-tcp-connections", "4", "--tcp-idle-timeout", "20s") as s:
-        conns = []
-        for _ in range(4):
-            sock = socket.create_connection(s.addr, timeout=3)
-            sock.sendall(frame(make_query(MAIN[0])))
-            assert len(read_frames(sock, 1)) == 1
-            conns.append(sock)
-        extra = socket.create_connection(s.addr, timeout=3)
-        try:
-            extra.sendall(frame(make_query(MAIN[0])))
-        except ConnectionError:
-            pass
-        took = closed_within(extra, 5)
-        assert took is not None, "a connection over the cap was served"
-        print(f"\nconnection over the cap closed after {took:.3f}s")
-        conns[0].sendall(frame(make_query(MAIN[1])))
-        check(MAIN[1], read_frames(conns[0], 1)[0])
+def ask(sock: socket.socket, c=MAIN[0]) -> None:
+    """One query on an open connection, its answer checked."""
+    sock.sendall(frame(make_query(c)))
+    check(c, read_frames(sock, 1)[0])
+
+
+def test_a_full_table_makes_room_for_a_new_connection(manifests):
+    """At --max-tcp-connections a new connection is accepted and answered; the connection longest without a
+    complete query is closed to make room: one that never asked before any that did, then the one whose last
+    query is oldest. The others and UDP keep working, and the closes are counted by reason."""
+    with serve(manifests, "--max-tcp-connections", "4", "--tcp-idle-timeout", "20s",
+               "--tcp-first-query-timeout", "20s") as s:
+        silent = socket.create_connection(s.addr, timeout=3)  # the oldest, and never asks
+        askers = [socket.create_connection(s.addr, timeout=3) for _ in range(3)]
+        for sock in askers:
+            ask(sock)
+        newcomer = socket.create_connection(s.addr, timeout=3)
+        ask(newcomer, MAIN[1])  # over the cap, and served
+        assert closed_within(silent, 5) is not None, "the connection that never asked was kept"
+        for sock in askers:  # their last queries are now newer than the newcomer's
+            assert closed_within(sock, 0.3) is None, "a connection that asked was closed before a silent one"
+            ask(sock, MAIN[1])
+        late = socket.create_connection(s.addr, timeout=3)
+        ask(late)
+        assert closed_within(newcomer, 5) is not None, "the connection idle longest was kept"
+        for sock in askers:
+            ask(sock)
         check(MAIN[0], s.query(MAIN[0].qname, MAIN[0].qtype))
-        conns.pop().close()
-        time.sleep(0.3)
-        tcp_answer(s)
-        for sock in conns + [extra]:
+        assert metric(s, "mcsdns_tcp_connections_closed_total", reason="evicted") == 2
+        assert metric(s, "mcsdns_tcp_connections") == 4
+        for sock in [silent, *askers, newcomer, late]:
             sock.close()
+
+
+def test_per_source_cap_closes_that_sources_oldest(manifests):
+    """--max-tcp-connections-per-source 3: a fourth connection from one address closes that address's oldest,
+    never another address's connection."""
+    with serve(manifests, "--max-tcp-connections-per-source", "3") as s:
+        other = socket.create_connection(s.addr, timeout=3, source_address=("127.0.0.2", 0))
+        ask(other)
+        mine = [socket.create_connection(s.addr, timeout=3) for _ in range(3)]
+        for sock in mine:
+            ask(sock)
+        fourth = socket.create_connection(s.addr, timeout=3)
+        ask(fourth)
+        assert closed_within(mine[0], 5) is not None, "the source's oldest connection was kept"
+        for sock in [other, *mine[1:], fourth]:
+            ask(sock, MAIN[1])
+        assert metric(s, "mcsdns_tcp_connections_closed_total", reason="per_source") == 1
+        for sock in [other, *mine, fourth]:
+            sock.close()
+
+
+def test_first_query_deadline_is_separate_from_the_idle_timeout(manifests):
+    """--tcp-first-query-timeout 1s with a 20 s idle timeout: a connection that sends nothing, or half a
+    query, is closed after about 1 s; one that asked stays open past it and is answered again."""
+    with serve(manifests, "--tcp-first-query-timeout", "1s", "--tcp-idle-timeout", "20s") as s:
+        asked = socket.create_connection(s.addr, timeout=3)
+        ask(asked)
+        silent = socket.create_connection(s.addr, timeout=3)
+        half = socket.create_connection(s.addr, timeout=3)
+        half.sendall(frame(make_query(MAIN[0]))[:7])
+        opened = time.monotonic()
+        took = []
+        for sock in (silent, half):  # seconds from the connects to each close
+            took.append(None if closed_within(sock, 6) is None else time.monotonic() - opened)
+        print(f"\nclosed after {took} s (first-query deadline 1 s)")
+        assert all(t is not None and 0.5 <= t < 4 for t in took), took
+        ask(asked, MAIN[1])
+        assert metric(s, "mcsdns_tcp_connections_closed_total", reason="first_query_timeout") == 2
+        for sock in [asked, silent, half]:
+            sock.close()
+
+
+@pytest.mark.parametrize("flags, connections, sources", [
+    ((), 2000, 1),  # the defaults: the holder fits under the cap, and its connections meet the first-query deadline
+    ((), 2000, 500),  # the same from 500 addresses
+    # Over the cap: every connection accepted evicts the idlest, and the holder reopens it at once, so new
+    # connections queue behind the holder's surplus (here 100; docs/reliability.md has it at 10,000).
+    (("--max-tcp-connections", "500"), 600, 1),
+], ids=["defaults", "many-sources", "over-the-cap"])
+def test_one_client_holding_thousands_of_connections_locks_nobody_out(manifests, flags, connections, sources):
+    """Issue 35: one client holds `connections` connections (sending nothing, half a prefix, or a prefix that
+    lies) and reopens every one the server closes; another client's TCP queries, each on a new connection,
+    are answered within 1 s, and UDP is unaffected. (Before, the first 1000 connections kept the table and
+    2 TCP queries in 61 were answered.) The full figures, beside CoreDNS: python -m benchmarks.tcp_hold."""
+    import multiprocessing as mp
+
+    from benchmarks.tcp_hold import hold, probe, raise_open_files
+
+    raise_open_files(connections + 1024)
+    with serve(manifests, *flags) as s:
+        ctx = mp.get_context("fork")
+        report = ctx.Queue()
+        holder = ctx.Process(target=hold, args=(s.addr, connections, sources, 22.0, report), daemon=True)
+        holder.start()
+        try:
+            _, up_after, connected = report.get(timeout=30)
+            probed = probe(s.dns_port, 8.0, qname=MAIN[2].qname, qtype=MAIN[2].qtype)
+            _, held = report.get(timeout=40)
+        finally:
+            holder.join(5)
+            if holder.is_alive():
+                holder.kill()
+        closed = {r: metric(s, "mcsdns_tcp_connections_closed_total", reason=r) for r in ("evicted", "first_query_timeout")}
+        print(f"\nholder: {connected} up after {up_after:.1f}s, {held}; TCP {probed['tcp']}; UDP {probed['udp']}; "
+              f"server closed {closed}; RSS {rss_mb(s.proc.pid):.1f} MB")
+        assert probed["tcp"]["answered_pct"] >= 99, probed["tcp"]
+        assert probed["udp"]["answered_pct"] >= 99, probed["udp"]
+        assert held["held_median"] >= min(connections, 500) * 0.8, "the holder did not hold its connections"
+        assert closed["evicted" if flags else "first_query_timeout"] > 0
 
 
 def test_idle_stalled_and_trickling_connections_are_closed(manifests):

@@ -322,6 +322,10 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--tcp-idle-timeout", "0"], "--tcp-idle-timeout must be in range (0, 3600] seconds: 0.0"),
         (["--tcp-idle-timeout", "later"], "'later' is not a duration"),
         (["--tcp-max-queries", "-1"], "--tcp-max-queries must be in range [0, 1000000000] (0: no limit): -1"),
+        (["--tcp-first-query-timeout", "0"], "--tcp-first-query-timeout must be in range (0, 3600] seconds: 0.0"),
+        (["--tcp-first-query-timeout", "soon"], "'soon' is not a duration"),
+        (["--max-tcp-connections-per-source", "-1"],
+         "--max-tcp-connections-per-source must be in range [0, 1000000] (0: no cap): -1"),
         (["--loadbalance", "weighted"], "--loadbalance must be round_robin or off: 'weighted'"),
     ],
 )
