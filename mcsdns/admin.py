@@ -10,13 +10,16 @@ scrapes and keeps one shutdown path (no side thread).
 
 Bounded, because probes go through it (issue 12): a client holding many idle
 or half-sent connections must not delay /ready past a kubelet's 1 s probe.
-* At most `max_connections` are open (for a moment up to BACKLOG more: the
-  loop accepts that many at once before their handlers run). A new connection over the cap evicts the
-  oldest one still waiting for its request (a probe sends its request at once,
-  so an idle or trickling client is always older); only when every open
-  connection is busy writing a response is the new one closed at once.
-* The whole request head must arrive within `read_timeout` (a total deadline,
-  not per byte, so trickling one byte at a time does not extend it).
+The policy reads like DNS over TCP's (tcp.py), in the same terms:
+* **The table does not refuse while it can make room.** At most `max_connections` are open (for a
+  moment up to BACKLOG more: the loop accepts that many at once before their handlers run). A new
+  connection over the cap *evicts* the oldest one still waiting for its request (a probe sends its
+  request at once, so an idle or trickling client is always older), and is admitted. Unlike DNS,
+  where a connection is cheap to make again, a response being written is never cut for a newcomer:
+  only when every open connection is busy writing one is the new one closed at once.
+* **A first-request deadline**: the whole request head must arrive within `read_timeout` (a total
+  deadline, not per byte, so trickling one byte at a time does not extend it). One request per
+  connection, so there is no idle timeout after it.
 * A request head over MAX_REQUEST bytes gets 431 and the connection is closed;
   a request line that is not `METHOD TARGET HTTP/x` gets 400; garbage never
   raises out of the handler.
