@@ -279,9 +279,10 @@ def start_servers(names: list[str], work: Path) -> tuple[list[Server], Any]:
         testbed = Testbed(cache)
         testbed.start()
         testbed.install_crd("v0.5.0")
-        for obj in yaml.safe_load_all(example.read_text()):
-            if obj:
-                testbed.apply(obj)
+        for path in sorted(example.glob("*.yaml")):
+            for obj in yaml.safe_load_all(path.read_text()):
+                if obj:
+                    testbed.apply(obj)
         coredns = CoreDns("coredns", work, binary=cache / "bin" / "coredns", kubeconfig=testbed.kubeconfig_path)
         coredns.start(QNAME)
         servers.append(coredns)

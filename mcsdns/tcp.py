@@ -57,7 +57,13 @@ RESERVED_FDS = 512
 # Queries one connection gets answered per loop iteration: a client pipelining thousands waits its turn
 # behind the others (and UDP), instead of holding the loop while every one of its queries is answered.
 TURN = 16
-SWEEP_BATCH = 200  # expired connections closed per callback (~5 ms), before queries waiting are served
+# Deadline closes are paced: at most SWEEP_BATCH per callback (a few ms), and CLOSE_RATE a second. A client
+# that opened thousands of connections at once would otherwise have them all closed at once, reopen them
+# all at once, and overflow the listen queue, where a SYN that is dropped is retried only after a second.
+# Paced, they leave (and come back) a few thousand a second; a deadline may pass by that much. Evictions
+# are not paced: a new connection is never kept waiting for room.
+SWEEP_BATCH = 100
+CLOSE_RATE = 2000.0
 # Why the server closed a connection (the metric's `reason` label).
 EVICTED = "evicted"  # the table was full: the connection longest without a complete query made room
 PER_SOURCE = "per_source"  # its source reached --max-tcp-connections-per-source: that source's oldest made room
@@ -337,9 +343,8 @@ class Connections:
         return min(0.5, max(0.05, min(limits.first_query_timeout, limits.idle_timeout) / 8))
 
     def _sweep(self) -> None:
-        """Close what has passed its deadline, from the fronts of the deadline order, at most SWEEP_BATCH
-        at a time: connections opened together expire together, and closing thousands in one callback
-        would hold up every query behind it (the rest follow as soon as the loop has served what waits)."""
+        """Close what has passed its deadline, from the fronts of the deadline order, SWEEP_BATCH at most
+        (the rest follow at CLOSE_RATE)."""
         self._sweeper = None
         now = time.monotonic()
         limits = self.limits
@@ -368,7 +373,8 @@ class Connections:
             conn.abort(NOT_READING)  # still flushing (or owed) an idle timeout after it began closing: cut
             budget -= 1
         if len(self):
-            self._sweeper = asyncio.get_running_loop().call_later(0 if not budget else self._period(), self._sweep)
+            delay = SWEEP_BATCH / CLOSE_RATE if not budget else self._period()
+            self._sweeper = asyncio.get_running_loop().call_later(delay, self._sweep)
 
     def close_all(self) -> None:
         """Shutdown: close every connection (queued replies are flushed while the process lives)."""
