@@ -1,7 +1,8 @@
-"""The README's dig walk-through, run for real against `mcsdns serve` (bundled examples).
+"""The README's dig walk-through and docs/operate.md's "What is imported here?", run for real
+against `mcsdns serve` (bundled examples).
 
 Each `$ dig ...` line of the walk-through is executed with the test server's
-port and its output compared with the lines the README shows (the random
+port and its output compared with the lines the document shows (the random
 message ID excepted), so the documentation cannot drift from the server.
 """
 
@@ -17,8 +18,8 @@ import pytest
 from testsupport.serverproc import ROOT, Server
 
 
-def walkthrough(title: str = "## A dig walk-through") -> list[tuple[str, list[str]]]:
-    text = (ROOT / "README.md").read_text()
+def walkthrough(title: str = "## A dig walk-through", page: str = "README.md") -> list[tuple[str, list[str]]]:
+    text = (ROOT / page).read_text()
     section = text.split(title, 1)[1].split("```", 2)[1]
     steps: list[tuple[str, list[str]]] = []
     for line in section.splitlines():
@@ -51,10 +52,11 @@ def test_readme_dig_examples(server, command, expected):
 
 
 DISCOVERY = "## What is imported here?"
+OPERATE = "docs/operate.md"
 
 
 def test_discovery_walkthrough_is_not_empty():
-    commands = [command.split()[0] for command, _ in walkthrough(DISCOVERY)]
+    commands = [command.split()[0] for command, _ in walkthrough(DISCOVERY, OPERATE)]
     assert {"curl", "mcsdns", "dig"} <= set(commands) and len(commands) >= 6
 
 
@@ -64,9 +66,9 @@ def dnssd_server():
         yield s
 
 
-@pytest.mark.parametrize("command, expected", walkthrough(DISCOVERY), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("command, expected", walkthrough(DISCOVERY, OPERATE), ids=lambda v: v if isinstance(v, str) else "")
 def test_readme_discovery_examples(dnssd_server, command, expected):
-    """The "What is imported here?" walk-through: curl, `mcsdns imports/explain` (this checkout's) and dig."""
+    """docs/operate.md's "What is imported here?" walk-through: curl, `mcsdns imports/explain` (this checkout's) and dig."""
     for tool in ("curl", "dig"):
         if command.startswith(tool) and shutil.which(tool) is None:
             pytest.fail(f"{tool} is not installed (.ci/run installs it)")
