@@ -379,21 +379,21 @@ def performance_block(results: dict) -> str:
 
 def update_performance(results: dict, page: Path) -> bool:
     """Replace docs/performance.md's generated block with `performance_block(results)`; False without one."""
-    try:
-        text = replace_block(page.read_text(), PERFORMANCE_BEGIN, PERFORMANCE_END, performance_block(results))
-    except ValueError:
-        return False
-    page.write_text(text)
-    return True
+    return _rewrite(page, PERFORMANCE_BEGIN, PERFORMANCE_END, performance_block(results))
 
 
 def update_readme(results: dict, readme: Path) -> bool:
     """Replace the README's generated block with `readme_block(results)`; False if it has no block."""
+    return _rewrite(readme, README_BEGIN, README_END, readme_block(results))
+
+
+def _rewrite(path: Path, begin: str, end: str, block: str) -> bool:
+    """`path` with its lines from `begin` to `end` replaced by `block`; False if it has no such block."""
     try:
-        text = replace_block(readme.read_text(), README_BEGIN, README_END, readme_block(results))
+        text = replace_block(path.read_text(), begin, end, block)
     except ValueError:
         return False
-    readme.write_text(text)
+    path.write_text(text)
     return True
 
 
