@@ -79,3 +79,24 @@ def test_readme_discovery_examples(dnssd_server, command, expected):
     assert out.returncode == 0, out.stderr
     got = [line for line in out.stdout.splitlines() if line.strip()]
     assert sorted(got) == sorted(expected)  # record order is unspecified
+
+
+def test_readme_stays_a_three_minute_read():
+    """At most 220 lines and no prose paragraph over 120 words: the evidence lives in docs/ and
+    benchmarks/results/, the README links to it (code blocks, tables and list items aside)."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 220
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    long = [p[:60] for p in re.split(r"\n\s*\n", prose)
+            if not p.lstrip().startswith(("|", "#", "<!--", "- ")) and len(p.split()) > 120]
+    assert long == []
+
+
+def test_docs_index_lists_every_page():
+    """docs/README.md sorts every page of docs/ under Guide, Reference or Evidence."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    sections = re.split(r"^## ", index, flags=re.M)[1:]
+    assert [s.split(":", 1)[0] for s in sections] == ["Guide", "Reference", "Evidence"]
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)\)", index))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"README.md"}
+    assert pages - linked == set(), "docs/README.md does not list these pages"
