@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="re-render a results directory from its results.json")
     p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_OUT)
     p.add_argument("--readme", type=Path, default=None, metavar="README",
-                   help="also rewrite README's generated benchmark summary (targets table) from DIR/results.json")
+                   help="also rewrite README's generated benchmark summary (the table of rates) from DIR/results.json")
+    p.add_argument("--performance", type=Path, default=None, metavar="PAGE",
+                   help="also rewrite the generated targets table of this page (docs/performance.md)")
     args = parser.parse_args(argv)
 
     if args.command == "report":
@@ -86,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 return 1
             print(args.readme)
+        if args.performance is not None:
+            if not report.update_performance(results, args.performance):
+                print(f"{args.performance}: no generated block ({report.PERFORMANCE_BEGIN!r} ... "
+                      f"{report.PERFORMANCE_END!r})", file=sys.stderr)
+                return 1
+            print(args.performance)
         return 0
 
     common = dict(

@@ -82,7 +82,7 @@ class App:
         paths = list(self.config.manifests) or default_paths()
         if not self.config.manifests:
             log.info("no --manifests and no cluster: serving the bundled example cluster set from %s", paths[0])
-        return ManifestSource(paths, self.store, on_error=self.metrics.rejected)
+        return ManifestSource(paths, self.store, on_error=self.metrics.rejected, on_sync=self.metrics.sync_confirmed)
 
     def _make_forwarder(self):
         from .forward import ForwardConfig, Forwarder, upstreams_from_config

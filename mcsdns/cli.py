@@ -15,6 +15,7 @@ import sys
 
 from . import __version__
 from .config import Config, ConfigError
+from .flagsfile import FlagsFileError, resolve
 from .options import add_arguments, config_values
 
 log = logging.getLogger("mcsdns")
@@ -31,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
         "from manifest files or a live cluster. Option names follow CoreDNS's kubernetes plugin where one exists.",
     )
     add_arguments(s)  # every flag, declared once in options.py
+    s.add_argument_group("configuration").add_argument(
+        "--flags-file", metavar="PATH",
+        help="read serve flags from this file (one flag, or `--flag value`, per line; '#' comments), in its place "
+        "on the command line: flags after it win (a repeatable flag given after it replaces the file's values)")
     from .zonefile import add_arguments as zone_arguments
 
     zone_arguments(sub.add_parser(
@@ -53,7 +58,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    if args.command == "serve" and args.flags_file is not None:
+        try:
+            args = resolve(argv[argv.index("serve") + 1:], parser.parse_args(["serve"]))
+        except FlagsFileError as exc:
+            parser.error(str(exc))  # exits 2 with usage and the file, line and reason
     if args.command == "zone":
         from .zonefile import main as zone_main
 

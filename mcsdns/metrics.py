@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import AbstractSet, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -35,6 +35,9 @@ from .vocab import BADVERS, RCODE_TEXT, TYPE_TEXT
 from .wire import REUSED, Query
 
 log = logging.getLogger(__name__)
+
+# CoreDNS exports no `*_created` series, so neither does mcsdns: off for every registry of the process.
+disable_created_metrics()
 
 # CoreDNS plugin/metrics/vars: duration buckets 0.00025 * 2^k (16), size buckets as listed.
 DURATION_BUCKETS = tuple(0.00025 * 2**k for k in range(16))
@@ -433,6 +436,10 @@ class Metrics(Collector):
     def rejected(self, reason: str) -> None:
         self.rejects[reason] += 1
 
+    def sync_confirmed(self) -> None:
+        """The source found its state current now (manifests: a poll read every file as it is on disk)."""
+        self.last_sync = time.monotonic()
+
     # ----------------------------------------------------------------- scrape
 
     def collect(self) -> Iterable:
@@ -557,7 +564,10 @@ class Metrics(Collector):
             up.add_metric([res], 1 if ok else 0)
         yield up
         if self.last_sync is not None:
-            since = GaugeMetricFamily("mcsdns_seconds_since_last_sync", "Seconds since the source last confirmed the state with the API or files.")
+            since = GaugeMetricFamily("mcsdns_seconds_since_last_sync",
+                                      "Seconds since the source last confirmed its state: from the API a completed list, "
+                                      "a watch (re)started or a bookmark; from manifests a poll (every second) that "
+                                      "found every file read and valid as it is on disk.")
             since.add_metric([], time.monotonic() - self.last_sync)
             yield since
         if self.views is not None:

@@ -1,10 +1,9 @@
 """Every `mcsdns serve` flag, declared once.
 
 From `SERVE_OPTIONS` come the argparse flags (`add_arguments`; `mcsdns zone` takes a `subset`), the
-argparse -> `Config` mapping (`config_values`), the README's flags table and
+argparse -> `Config` mapping (`config_values`), the flags table of docs/flags.md and
 the flag reference in `deploy/base/mcsdns.flags` and in the Helm chart's values (all rewritten by
-`python -m mcsdns.options --readme README.md --flags-file deploy/base/mcsdns.flags
---helm-values deploy/helm/mcsdns/values.yaml` and checked by tests/test_options.py). A new flag
+`python -m mcsdns.options --all`, and checked by tests/test_options.py). A new flag
 is one `Option` here plus its `Config` field; whether a value is in range stays `Config.validate`'s
 decision.
 
@@ -93,8 +92,8 @@ class Option:
     field: str  # the Config field it sets
     group: str  # the --help section
     help: str  # the --help text
-    doc: str  # the README table's "meaning" cell (Markdown); the flags file shows it as plain text
-    shown_default: str  # the README table's "default" cell (Markdown)
+    doc: str  # docs/flags.md's "meaning" cell (Markdown, links relative to docs/); the flags file shows it as plain text
+    shown_default: str  # docs/flags.md's "default" cell (Markdown)
     metavar: str | None = None  # None: a switch (store_true)
     parse: Callable[[str], Any] | None = None  # str -> value, argparse.ArgumentTypeError when malformed
     repeatable: bool = False  # action="append"; none given: the Config default
@@ -213,7 +212,7 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "imports, PTR _services._dns-sd._udp.<ns>.svc.<zone> their named ports, PTR _<port>._<proto>.<ns>.svc.<zone> "
         "the service instances (each with SRV and an empty TXT). Off by default: those names then answer as in CoreDNS",
         doc="also answer DNS-SD browsing (RFC 6763) over the imports "
-        "(README: [What is imported here?](#what-is-imported-here))", shown_default="off"),
+        "([What is imported here?](operate.md#what-is-imported-here))", shown_default="off"),
     Option(
         "--max-tcp-connections", "max_tcp_connections", DNS, metavar="N", parse=integer,
         help="open DNS-over-TCP connections at once; a new one over it is still accepted, and the connection "
@@ -274,7 +273,7 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "service name to anyone who can reach it. off: both answer 404 (and `mcsdns imports`/`explain` "
         "fail with that error); /health, /ready and /metrics are unchanged",
         doc="`off`: `/imports` and `/explain` answer 404, so the admin port lists no imported names "
-        "(docs: [the admin port](docs/install.md#the-admin-port))", shown_default="`on`"),
+        "([the admin port](install.md#the-admin-port))", shown_default="`on`"),
     Option(
         "--lameduck", "lameduck", OPERATIONS, metavar="DURATION", parse=seconds,
         help="after SIGTERM, keep answering this long while /ready reports 503 (default 5s)",
@@ -311,15 +310,19 @@ def subset(flags: tuple[str, ...], helps: dict[str, str] | None = None) -> tuple
     return tuple(dataclasses.replace(by_flag[f], help=(helps or {}).get(f, by_flag[f].help)) for f in flags)
 
 
-def add_arguments(parser: argparse.ArgumentParser, options: tuple[Option, ...] = SERVE_OPTIONS, grouped: bool = True) -> None:
-    """The flags, in declaration order; `grouped`: in their --help groups (as `serve` shows them)."""
+def add_arguments(parser: argparse.ArgumentParser, options: tuple[Option, ...] = SERVE_OPTIONS, grouped: bool = True,
+                  defaults: bool = True) -> None:
+    """The flags, in declaration order; `grouped`: in their --help groups (as `serve` shows them).
+
+    `defaults=False` leaves each flag's default to the parser's `argument_default` (flagsfile.py
+    passes SUPPRESS, so a parse holds only the flags given)."""
     groups: dict[str, Any] = {}
     for opt in options:
         group: Any = parser
         if grouped:
             group = groups.get(opt.group) or groups.setdefault(opt.group, parser.add_argument_group(opt.group))
         if opt.metavar is None:
-            group.add_argument(opt.flag, action="store_true", help=opt.help)
+            group.add_argument(opt.flag, action="store_true", help=opt.help, **({} if defaults else {"default": argparse.SUPPRESS}))
             continue
         kwargs: dict[str, Any] = {"metavar": opt.metavar, "help": opt.help}
         if opt.parse is not None:
@@ -327,9 +330,9 @@ def add_arguments(parser: argparse.ArgumentParser, options: tuple[Option, ...] =
         if opt.choices is not None:
             kwargs["choices"] = opt.choices
         if opt.repeatable:
-            kwargs.update(action="append", default=[])
-        else:
-            kwargs["default"] = opt.default
+            kwargs["action"] = "append"
+        if defaults:
+            kwargs["default"] = [] if opt.repeatable else opt.default
         if opt.bare is not None:
             kwargs.update(nargs="?", const=opt.bare)
         group.add_argument(opt.flag, **kwargs)
@@ -342,7 +345,10 @@ def config_values(args: argparse.Namespace, options: tuple[Option, ...] = SERVE_
 
 # --------------------------------------------------------------------------- the generated docs
 
-README_BEGIN = "<!-- flags: generated from mcsdns/options.py by `python -m mcsdns.options --readme README.md` -->"
+REFERENCE = Path("docs/flags.md")  # the flags reference; --all writes it and the two lists below
+FLAGS_FILE = Path("deploy/base/mcsdns.flags")
+HELM_VALUES = Path("deploy/helm/mcsdns/values.yaml")
+README_BEGIN = "<!-- flags: generated from mcsdns/options.py by `python -m mcsdns.options --all` -->"
 README_END = "<!-- end of flags -->"
 FLAGS_BEGIN = ("# Every flag, its default and meaning (generated from mcsdns/options.py by\n"
                "# `python -m mcsdns.options --flags-file deploy/base/mcsdns.flags`):")
@@ -353,7 +359,7 @@ VALUES_END = "  # (end of the generated flag list)"
 
 
 def readme_table(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
-    """The README's flags table, between its markers."""
+    """docs/flags.md's flags table, between its markers."""
     lines = [README_BEGIN, "", "| flag | default | meaning |", "|---|---|---|"]
     for opt in options:
         usage = opt.usage().replace("|", "\\|")  # a `|` inside a cell ends it, even in code
@@ -399,10 +405,15 @@ def replace_block(text: str, begin: str, end: str, block: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mcsdns.options",
                                      description="Rewrite the generated flag docs from mcsdns/options.py.")
-    parser.add_argument("--readme", metavar="PATH", type=Path, help="rewrite the flags table of this README")
+    parser.add_argument("--all", action="store_true",
+                        help=f"rewrite all three, run from the checkout's root: {REFERENCE}, {FLAGS_FILE}, {HELM_VALUES}")
+    parser.add_argument("--reference", "--readme", metavar="PATH", type=Path, dest="readme",
+                        help="rewrite the flags table of this Markdown file (docs/flags.md)")
     parser.add_argument("--flags-file", metavar="PATH", type=Path, help="rewrite the flag list of this flags file")
     parser.add_argument("--helm-values", metavar="PATH", type=Path, help="rewrite the flag list of this chart values file")
     args = parser.parse_args(argv)
+    if args.all:
+        args.readme, args.flags_file, args.helm_values = REFERENCE, FLAGS_FILE, HELM_VALUES
     if args.readme is None and args.flags_file is None and args.helm_values is None:
         print(readme_table())
         return 0

@@ -1,6 +1,6 @@
 """The benchmark's own logic, without running a benchmark: the answer checker's verdicts, what
 limited a rate, the comparison with CoreDNS's better setting, re-measured cells, and that the
-README's generated summary is the one the stored results give.
+README's generated summary and docs/performance.md's targets are the ones the stored results give.
 
 The suite itself runs in tests/test_benchmarks_smoke.py.
 """
@@ -140,10 +140,10 @@ def test_knot_is_measured_against_the_latency_target_for_reference() -> None:
 def test_latency_at_the_common_load_is_compared_with_corednss_better_setting_there(tmp_path: Path) -> None:
     """The common-rate runs (`Capacity.common`): each server against CoreDNS's lower p99.9 at that load,
     mixes where a server was not measured (the rate is over half its max) left out, in results.md and
-    the README summary alike; a run without them adds nothing."""
+    docs/performance.md's targets block alike; a run without them adds nothing."""
     results = _fair_results()
     assert report.common_latency_summary(results) == []
-    assert "one offered load" not in report.readme_block(results)
+    assert "one offered load" not in report.performance_block(results)
 
     def common(p999: float) -> dict:
         return {"rate": 5000.0, "p50": 1e-4, "p99": 5e-4, "p999": p999, "loss": 0.0}
@@ -159,7 +159,7 @@ def test_latency_at_the_common_load_is_compared_with_corednss_better_setting_the
     assert "5,000 q/s for every server" in line
     assert f"mcsdns (manifests) at or below it on {len(MIXES) - 1} of {len(MIXES)} mixes (highest 2.00x, aaaa)" in line
     assert f"Knot at or below it on {len(MIXES) - 1} of {len(MIXES) - 1} mixes (highest 0.33x" in line
-    assert line in report.readme_block(results)
+    assert line in report.performance_block(results)
     report.render(results, tmp_path)
     md = (tmp_path / "results.md").read_text()
     assert line in md and "| srv_bare | 100 / 500 / 2000 |" in md and "100 / 500 / 6000" in md
@@ -232,7 +232,7 @@ def test_readme_summary_of_a_fair_run_shows_cached_and_off_cache_figures() -> No
     assert "To be re-measured" not in block
     assert "| clusterset_a | 100,000 (1.00 s) | 100,000 (1.20 s) | 60,000 (1.60 s) [CoreDNS, cache 30] |" in block
     assert f"| {RANDOM_SUBDOMAIN} | | 100,000 ‡ (1.20 s) | 70,000 (1.40 s) [CoreDNS] |" in block
-    assert "\n".join(report.targets_markdown(results)) in block
+    assert "\n".join(report.targets_markdown(results)) in report.performance_block(results)
 
 
 def test_a_remeasured_cell_keeps_what_it_replaced() -> None:
@@ -252,6 +252,9 @@ def test_readme_summary_is_generated_from_the_stored_results() -> None:
     readme = (ROOT / "README.md").read_text()
     block = report.readme_block(results)
     assert block in readme, "README's benchmark summary is stale: python -m benchmarks report benchmarks/results --readme README.md"
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    assert report.performance_block(results) in performance, (
+        "docs/performance.md's targets are stale: python -m benchmarks report benchmarks/results --performance docs/performance.md")
     md = (ROOT / "benchmarks" / "results" / "results.md").read_text()
     assert "\n".join(report.targets_markdown(results)) in md
 

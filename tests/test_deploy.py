@@ -82,16 +82,25 @@ def container_of(deployment: dict) -> dict:
 
 
 def parse_flags(text: str) -> list[str]:
-    """The flags file as the Deployment's launcher reads it."""
+    """The flags file's flags, one item each, as a shell splits them (to compare, not to run)."""
     return shlex.split(text, comments=True)
 
 
-def parse_serve(flags: list[str]) -> Any:
-    """Parse and validate with the real CLI: the exact code the pod runs."""
+def parse_flags_file(text: str, tmp_path: Path) -> Any:
+    """The Config of `mcsdns serve --flags-file F` with `text` in F, read by the real CLI's reader."""
     from mcsdns.cli import build_parser, config_from_args
+    from mcsdns.flagsfile import resolve
 
-    args = build_parser().parse_args(["serve", *flags])
-    return config_from_args(args)
+    path = tmp_path / "flags"
+    path.write_text(text)
+    return config_from_args(resolve(["--flags-file", str(path)], build_parser().parse_args(["serve"])))
+
+
+def served_command(command: list[str], flags_file: Path, *later: str) -> list[str]:
+    """The Deployment's `command` (the image's `mcsdns serve --flags-file PATH`) run from this checkout,
+    reading `flags_file` instead of the mounted PATH, with `later` flags after it (they win)."""
+    assert command == ["mcsdns", "serve", "--flags-file", "/etc/mcsdns/flags"], command
+    return [sys.executable, "-m", "mcsdns", *command[1:-1], str(flags_file), *later]
 
 
 def split_hostport(text: str) -> tuple[str, int]:
@@ -102,20 +111,19 @@ def split_hostport(text: str) -> tuple[str, int]:
 # --------------------------------------------------------------------------- static checks (no cluster)
 
 
-def test_flags_file_parses_with_the_real_cli() -> None:
-    flags = parse_flags((BASE / "mcsdns.flags").read_text())
-    config = parse_serve(flags)
+def test_flags_file_parses_with_the_real_cli(tmp_path: Path) -> None:
+    config = parse_flags_file((BASE / "mcsdns.flags").read_text(), tmp_path)
     assert config.listen == (("0.0.0.0", 5353),)
     assert config.http_listen == ("0.0.0.0", 9153)  # probes come from the kubelet, not loopback
     assert config.zones == (ZONE,)
     assert config.upstreams == ()  # CoreDNS sends only clusterset.local: refuse the rest
 
 
-def test_flags_match_the_deployment() -> None:
+def test_flags_match_the_deployment(tmp_path: Path) -> None:
     deployment = deployment_file()
     pod = deployment["spec"]["template"]["spec"]
     container = container_of(deployment)
-    config = parse_serve(parse_flags((BASE / "mcsdns.flags").read_text()))
+    config = parse_flags_file((BASE / "mcsdns.flags").read_text(), tmp_path)
     ports = {(p["name"], p["protocol"]): p["containerPort"] for p in container["ports"]}
     assert ports[("dns", "UDP")] == ports[("dns-tcp", "TCP")] == config.listen[0][1] == 5353
     assert ports[("metrics", "TCP")] == config.http_listen[1] == 9153
@@ -133,9 +141,14 @@ def test_containerfile_matches_the_deployment() -> None:
     exposed = set(re.search(r"^EXPOSE (.+)$", final_stage, re.M)[1].split())
     ports = {f"{p['containerPort']}/{p['protocol'].lower()}" for p in container_of(deployment)["ports"]}
     assert ports == exposed
-    # The Deployment runs `python -c ...`: the image must put the venv's python first on PATH.
-    assert container_of(deployment)["command"][0] == "python"
+    # The Deployment runs the image's own command, `mcsdns serve --flags-file /etc/mcsdns/flags`:
+    # `mcsdns` from the venv first on PATH, the same default command, the base's flags as the default file.
+    command = container_of(deployment)["command"]
     assert re.search(r"^ENV PATH=/opt/mcsdns/bin:\$PATH", final_stage, re.M)
+    entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", final_stage, re.M)[1])
+    cmd = json.loads(re.search(r"^CMD (.+)$", final_stage, re.M)[1])
+    assert entrypoint + cmd == command == ["mcsdns", "serve", "--flags-file", "/etc/mcsdns/flags"]
+    assert re.search(r"^COPY deploy/base/mcsdns.flags /etc/mcsdns/flags$", final_stage, re.M)
     for path in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M):
         for name in path.split():
             assert (REPO / name).exists(), f"Containerfile copies {name}, which does not exist"
@@ -367,7 +380,7 @@ def test_deployment(base: dict) -> None:
 
 
 @pytest.mark.kube
-def test_flags_reach_the_server_from_the_generated_config_map(testbed: Testbed, base: dict) -> None:
+def test_flags_reach_the_server_from_the_generated_config_map(testbed: Testbed, base: dict, tmp_path: Path) -> None:
     deployment = base[("Deployment", NAME)]
     pod = deployment["spec"]["template"]["spec"]
     container = container_of(deployment)
@@ -378,8 +391,8 @@ def test_flags_reach_the_server_from_the_generated_config_map(testbed: Testbed, 
     assert config_map["data"]["flags"] == (BASE / "mcsdns.flags").read_text()
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
     assert mount["readOnly"] is True
-    assert container["command"][-1] == f"{mount['mountPath']}/flags"  # the file the launcher reads
-    config = parse_serve(parse_flags(config_map["data"]["flags"]))
+    assert container["command"][-1] == f"{mount['mountPath']}/flags"  # the file `--flags-file` reads
+    config = parse_flags_file(config_map["data"]["flags"], tmp_path)
     assert pod["terminationGracePeriodSeconds"] >= config.lameduck + 5
 
 
@@ -552,24 +565,18 @@ def test_server_runs_as_deployed_with_the_cluster_role(
     testbed.create(service_import(ns, "db", headless=True))
     testbed.create(endpoint_slice(ns, "db-east", "db", "east", [(ip, True) for ip in backends]))
 
-    # The Deployment's own command, with the flags of the applied ConfigMap; only
-    # the addresses (loopback, free ports), the credentials and lameduck differ.
+    # The Deployment's own command, reading the applied ConfigMap's file as it is; only the
+    # addresses (loopback, free ports), the credentials and lameduck differ, given after the file.
     deployment = base[("Deployment", NAME)]
     command = container_of(deployment)["command"]
     (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
-    flags_text = testbed.get("v1", "ConfigMap", NAMESPACE, volume["configMap"]["name"])["data"]["flags"]
-    overridden = ("--listen", "--http-listen", "--lameduck")
-    kept = [f for f in parse_flags(flags_text) if f.split("=", 1)[0] not in overridden]
-    assert len(kept) == len(parse_flags(flags_text)) - len(overridden)
     flags_file = tmp_path / "flags"
-    flags_file.write_text(shlex.join(kept) + "\n")
-    assert command[:2] == ["python", "-c"]
+    flags_file.write_text(testbed.get("v1", "ConfigMap", NAMESPACE, volume["configMap"]["name"])["data"]["flags"])
 
     server = KubeServer(user_bound_to_deploy_role, tmp_path / "mcsdns.log")
-    server.argv = [sys.executable, "-c", command[2], str(flags_file),
-                   f"--kubeconfig={user_bound_to_deploy_role}",
-                   f"--listen=127.0.0.1:{server.dns_port}", f"--http-listen=127.0.0.1:{server.http_port}",
-                   "--lameduck=0"]
+    server.argv = served_command(command, flags_file, f"--kubeconfig={user_bound_to_deploy_role}",
+                                 f"--listen=127.0.0.1:{server.dns_port}", f"--http-listen=127.0.0.1:{server.http_port}",
+                                 "--lameduck=0")
     plugins = set(subprocess.run([str(coredns_bin), "-plugins"], capture_output=True, text=True,
                                  timeout=30).stdout.split())
     stub_port, node_local_port = free_port(), free_port()

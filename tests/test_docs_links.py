@@ -16,7 +16,8 @@ import pytest
 
 from testsupport.serverproc import ROOT
 
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "deploy").rglob("*.md")])
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "deploy").rglob("*.md"),
+               *(ROOT / "benchmarks" / "results").glob("*.md")])
 LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 WEB = ("http://", "https://", "mailto:")
 

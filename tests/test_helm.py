@@ -19,9 +19,7 @@
 from __future__ import annotations
 
 import copy
-import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ import yaml
 from testsupport.serverproc import ROOT, Server, eventually
 from test_deploy import (  # noqa: F401  (kubectl is a fixture)
     BASE, EXPECTED_RULES, PRODUCTION, Kubectl, assert_no_warnings, cached_binary, install_servicemonitor_crd,
-    kubectl, parse_flags,
+    kubectl, parse_flags, served_command,
 )
 from testsupport.testbed import ApiError, Testbed
 
@@ -207,15 +205,11 @@ def test_server_started_with_the_rendered_flags_answers(tmp_path: Path) -> None:
     """The Deployment's own command, with the ConfigMap's flags; only addresses and lameduck differ."""
     objects = by_kind(render(tmp_path, {"flags": ["--zone=clusterset.local", "--ttl=30", "--upstream=none"]}))
     (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
-    command = container["command"]
-    assert command[:2] == ["python", "-c"]
-    overridden = ("--listen", "--http-listen", "--lameduck")
-    flags = [f for f in parse_flags(objects["ConfigMap"]["data"]["flags"]) if f.split("=", 1)[0] not in overridden]
     flags_file = tmp_path / "flags"
-    flags_file.write_text(shlex.join(flags) + "\n")
+    flags_file.write_text(objects["ConfigMap"]["data"]["flags"])  # as the pod reads it; later flags win
     server = Server()
-    server.argv = [sys.executable, "-c", command[2], str(flags_file), f"--listen=127.0.0.1:{server.dns_port}",
-                   f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0"]
+    server.argv = served_command(container["command"], flags_file, f"--listen=127.0.0.1:{server.dns_port}",
+                                 f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0")
     with server:
         reply = server.query("web.demo.svc.clusterset.local.", "A")
         assert [(rrset.ttl, rd.address) for rrset in reply.answer for rd in rrset] == [(30, "10.96.10.10")]

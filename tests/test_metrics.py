@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from testsupport.serverproc import ROOT
+from testsupport.serverproc import ROOT, Server
 from upstreams import ForwardingServer, Knot
 
 from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SCRATCH, SIZE_BUCKETS, Metrics, Views
@@ -191,13 +191,56 @@ def test_mcsdns_families_describe_the_table_and_the_source(traffic):
 
 
 def test_metric_names_follow_the_conventions(traffic):
-    """coredns_* as CoreDNS names them, our own under mcsdns_*, counters end in _total."""
+    """coredns_* as CoreDNS names them, our own under mcsdns_*, counters end in _total, and no
+    `*_created` series anywhere (CoreDNS has none: a dashboard summing a family by regex must not
+    pick up timestamps)."""
     text = traffic[0].http("/metrics")[1]
     for family in text_string_to_metric_families(text):
         assert family.name.split("_", 1)[0] in ("coredns", "mcsdns", "process"), family.name
         if family.type == "counter":
-            assert all(s.name.endswith(("_total", "_created")) for s in family.samples), family.name
+            assert all(s.name.endswith("_total") for s in family.samples), family.name
     assert "# TYPE coredns_dns_request_duration_seconds histogram" in text
+    assert "coredns_panics_total 0.0" in text and "coredns_kubernetes_dns_programming_duration_seconds" in text
+    series = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert [name for name in series if name.endswith("_created")] == []
+    assert "_created" not in text
+
+
+def test_seconds_since_last_sync_is_exported_for_manifests(traffic):
+    """The manifests source confirms its state at every poll (each second) that reads every file as
+    it is on disk, as the family's help text says."""
+    server = traffic[0]
+    for _ in range(3):
+        since = value(scrape(server), "mcsdns_seconds_since_last_sync")
+        assert "mcsdns_seconds_since_last_sync" in scrape(server) and 0 <= since < 2.5, since
+        time.sleep(1.2)
+
+
+def test_a_broken_manifest_edit_lets_seconds_since_last_sync_grow(tmp_path):
+    manifests = tmp_path / "clusterset.yaml"
+    manifests.write_text((ROOT / "mcsdns/examples/clusterset.yaml").read_text())
+    with Server("--manifests", str(manifests)) as s:
+        assert value(scrape(s), "mcsdns_seconds_since_last_sync") < 2.5
+        manifests.write_text("kind: [unclosed\n")  # the last good state stays in service
+        time.sleep(4)
+        assert value(scrape(s), "mcsdns_seconds_since_last_sync") > 2.5
+        assert s.query("web.demo.svc." + Z, "A").answer  # still answering from the last good state
+
+
+def test_every_exported_family_is_in_the_generated_reference(traffic):
+    """docs/metrics.md is generated from the declarations (python -m mcsdns.metrics_doc docs/metrics.md),
+    and lists every family a running server exports: none can go undocumented."""
+    from mcsdns import metrics_doc
+
+    reference = (ROOT / "docs" / "metrics.md").read_text()
+    assert metrics_doc.table() in reference, "docs/metrics.md is stale: python -m mcsdns.metrics_doc docs/metrics.md"
+    documented = {f.name: f for f in metrics_doc.declared()}
+    for family in text_string_to_metric_families(traffic[0].http("/metrics")[1]):
+        name = family.name + "_total" if family.type == "counter" else family.name
+        assert name in documented, f"{name} is exported but not in docs/metrics.md"
+        assert documented[name].kind == family.type, name
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} <= set(documented[name].labels), (name, sample.labels)
 
 
 # --------------------------------------------------------------------------- in-process: cost and buckets

@@ -1,5 +1,5 @@
 """Every `mcsdns serve` flag is declared once, in mcsdns/options.py, and what is made from that
-declaration agrees with it: the README's flags table and deploy/base/mcsdns.flags's flag list are
+declaration agrees with it: docs/flags.md's flags table and deploy/base/mcsdns.flags's flag list are
 the generated ones, every Config field has exactly one flag, and the defaults the docs print are the
 defaults the server gets."""
 
@@ -22,9 +22,9 @@ def serve(*flags: str) -> Config:
     return config_from_args(build_parser().parse_args(["serve", *flags]))
 
 
-def test_readme_flags_table_is_the_generated_one() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert readme_table() in readme, "README's flags table is stale: python -m mcsdns.options --readme README.md"
+def test_flags_reference_table_is_the_generated_one() -> None:
+    reference = (ROOT / "docs" / "flags.md").read_text()
+    assert readme_table() in reference, "docs/flags.md's flags table is stale: python -m mcsdns.options --all"
 
 
 def test_flags_file_lists_every_flag_as_generated() -> None:

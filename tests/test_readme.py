@@ -1,7 +1,8 @@
-"""The README's dig walk-through, run for real against `mcsdns serve` (bundled examples).
+"""The README's dig walk-through and docs/operate.md's "What is imported here?", run for real
+against `mcsdns serve` (bundled examples).
 
 Each `$ dig ...` line of the walk-through is executed with the test server's
-port and its output compared with the lines the README shows (the random
+port and its output compared with the lines the document shows (the random
 message ID excepted), so the documentation cannot drift from the server.
 """
 
@@ -17,8 +18,8 @@ import pytest
 from testsupport.serverproc import ROOT, Server
 
 
-def walkthrough(title: str = "## A dig walk-through") -> list[tuple[str, list[str]]]:
-    text = (ROOT / "README.md").read_text()
+def walkthrough(title: str = "## A dig walk-through", page: str = "README.md") -> list[tuple[str, list[str]]]:
+    text = (ROOT / page).read_text()
     section = text.split(title, 1)[1].split("```", 2)[1]
     steps: list[tuple[str, list[str]]] = []
     for line in section.splitlines():
@@ -51,10 +52,11 @@ def test_readme_dig_examples(server, command, expected):
 
 
 DISCOVERY = "## What is imported here?"
+OPERATE = "docs/operate.md"
 
 
 def test_discovery_walkthrough_is_not_empty():
-    commands = [command.split()[0] for command, _ in walkthrough(DISCOVERY)]
+    commands = [command.split()[0] for command, _ in walkthrough(DISCOVERY, OPERATE)]
     assert {"curl", "mcsdns", "dig"} <= set(commands) and len(commands) >= 6
 
 
@@ -64,9 +66,9 @@ def dnssd_server():
         yield s
 
 
-@pytest.mark.parametrize("command, expected", walkthrough(DISCOVERY), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("command, expected", walkthrough(DISCOVERY, OPERATE), ids=lambda v: v if isinstance(v, str) else "")
 def test_readme_discovery_examples(dnssd_server, command, expected):
-    """The "What is imported here?" walk-through: curl, `mcsdns imports/explain` (this checkout's) and dig."""
+    """docs/operate.md's "What is imported here?" walk-through: curl, `mcsdns imports/explain` (this checkout's) and dig."""
     for tool in ("curl", "dig"):
         if command.startswith(tool) and shutil.which(tool) is None:
             pytest.fail(f"{tool} is not installed (.ci/run installs it)")
@@ -77,3 +79,24 @@ def test_readme_discovery_examples(dnssd_server, command, expected):
     assert out.returncode == 0, out.stderr
     got = [line for line in out.stdout.splitlines() if line.strip()]
     assert sorted(got) == sorted(expected)  # record order is unspecified
+
+
+def test_readme_stays_a_three_minute_read():
+    """At most 220 lines and no prose paragraph over 120 words: the evidence lives in docs/ and
+    benchmarks/results/, the README links to it (code blocks, tables and list items aside)."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 220
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    long = [p[:60] for p in re.split(r"\n\s*\n", prose)
+            if not p.lstrip().startswith(("|", "#", "<!--", "- ")) and len(p.split()) > 120]
+    assert long == []
+
+
+def test_docs_index_lists_every_page():
+    """docs/README.md sorts every page of docs/ under Guide, Reference or Evidence."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    sections = re.split(r"^## ", index, flags=re.M)[1:]
+    assert [s.split(":", 1)[0] for s in sections] == ["Guide", "Reference", "Evidence"]
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)\)", index))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"README.md"}
+    assert pages - linked == set(), "docs/README.md does not list these pages"

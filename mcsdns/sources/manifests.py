@@ -144,11 +144,14 @@ def object_id(raw: Any) -> tuple[str, str, str] | None:
 class ManifestSource:
     """Loads files into the store and keeps them in sync with the disk."""
 
-    def __init__(self, paths: list[Path], store: Store, on_error=None) -> None:
+    def __init__(self, paths: list[Path], store: Store, on_error=None, on_sync=None) -> None:
         self.paths = paths
         self.store = store
         self.files: dict[Path, FileState] = {}
         self.on_error = on_error or (lambda reason: None)  # metrics hook: rejected objects by reason
+        # metrics hook (mcsdns_seconds_since_last_sync): called after a load that found every file as it is on
+        # disk read and valid, so the gauge grows while a broken edit keeps the last good state in service.
+        self.on_sync = on_sync or (lambda: None)
         # Synced once every file has been read: until then /ready is 503 naming the file, and NXDOMAIN is
         # SERVFAIL (decision 10), rather than a ready server with an empty zone. Once synced, a bad edit
         # only keeps the last good objects: every replica reads the same files, none may turn unready.
@@ -156,11 +159,13 @@ class ManifestSource:
 
     def load(self) -> None:
         """Read every file whose stamp changed and publish the union to the store."""
+        current_state = True  # every file found, stat'ed and read as it is now
         try:
             current = expand(self.paths)
         except (ManifestError, OSError) as exc:
             log.error("manifests: %s; keeping the last good state", exc)
             current = list(self.files)
+            current_state = False
         changed = False
         for path in current:
             state = self.files.setdefault(path, FileState())
@@ -169,6 +174,7 @@ class ManifestSource:
                 stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
             except OSError as exc:
                 log.error("%s: cannot stat (%s); keeping its last good objects", path, exc.strerror or exc)
+                current_state = False
                 continue
             if stamp == state.stamp:
                 continue
@@ -180,6 +186,8 @@ class ManifestSource:
             changed = True
         if changed or not self.store.synced_all:
             self._publish()
+        if current_state and all(state.loaded and not state.problem for state in self.files.values()):
+            self.on_sync()
 
     def _read(self, path: Path, state: FileState) -> bool:
         """Convert the file's objects as they are decoded; a file that fails anywhere changes nothing.
