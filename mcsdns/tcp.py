@@ -38,6 +38,7 @@ import logging
 import resource
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -54,9 +55,18 @@ BACKLOG = 1024  # listen queue; also how many connections the loop accepts in on
 # and its backlog, the API watches, logs. The cap is lowered to fit under the open-file limit, because a
 # listener that hits EMFILE stops accepting for a second (asyncio's back-off): a lockout of its own.
 RESERVED_FDS = 512
-# Queries one connection gets answered per loop iteration: a client pipelining thousands waits its turn
-# behind the others (and UDP), instead of holding the loop while every one of its queries is answered.
-TURN = 16
+# Fair turns. Queries read from any connection wait in one of two queues, served once per loop iteration
+# up to TURN_BUDGET queries: `light` (connections whose earlier queries were all answered: new ones, and
+# clients asking one at a time) first, LIGHT_TURN queries per visit, then `heavy` (connections with more
+# still buffered after a visit), HEAVY_TURN per visit. So a client pipelining thousands of queries on
+# thousands of connections is answered at the pace the loop can spare, a new connection's query waits
+# only behind other light ones, and UDP, the accepts and the admin port run between the turns: no loop
+# iteration answers more than TURN_BUDGET TCP queries (the whole loop stalled for seconds without it).
+# LIGHT_TURN is 2 because resolvers send A and AAAA together.
+LIGHT_TURN = 2
+READ_SIZE = 2 + 65535
+HEAVY_TURN = 16
+TURN_BUDGET = 256
 # Deadline closes are paced: at most SWEEP_BATCH per callback (a few ms), and CLOSE_RATE a second. A client
 # that opened thousands of connections at once would otherwise have them all closed at once, reopen them
 # all at once, and overflow the listen queue, where a SYN that is dropped is retried only after a second.
@@ -114,8 +124,8 @@ class Connection(asyncio.Protocol):
     """One client connection: length-prefixed queries in, each reply out as it is ready (RFC 7766
     6.2.1.1: forwarded answers may be overtaken by later local ones)."""
 
-    __slots__ = ("pool", "where", "transport", "peer", "host", "buf", "since", "queries", "owed", "paused", "turn",
-                 "done")
+    __slots__ = ("pool", "where", "transport", "peer", "host", "buf", "since", "queries", "owed", "paused",
+                 "queued", "done")
 
     def __init__(self, pool: "Connections", where: "Listener") -> None:
         self.pool = pool
@@ -128,7 +138,7 @@ class Connection(asyncio.Protocol):
         self.queries = 0
         self.owed = 0  # forwarded queries not answered yet
         self.paused = False  # the write buffer is over its high-water mark: no queries are read
-        self.turn = False  # it used its turn (TURN queries) and waits for the next loop iteration
+        self.queued = False  # waiting in a turn queue (and not reading meanwhile, so its buffer stays bounded)
         self.done = False  # no more queries are read (limit, garbage, end of stream, deadline, eviction)
 
     # ----------------------------------------------------------------- asyncio callbacks
@@ -140,6 +150,9 @@ class Connection(asyncio.Protocol):
         # Stop reading queries as soon as a reply does not fit the kernel's send buffer: a client that
         # pipelines without reading then holds one reply in this process, not 64 KiB (asyncio's default).
         transport.set_write_buffer_limits(high=0)  # type: ignore[attr-defined]
+        # Read at most one largest query at a time (asyncio reads up to 256 KiB): with reading paused while
+        # queries wait for their turn, a connection then buffers at most two frames' worth (128 KiB).
+        transport.max_size = READ_SIZE  # type: ignore[attr-defined]
         self.peer = transport.get_extra_info("peername")
         self.host = self.peer[0] if self.peer else ""
         self.since = time.monotonic()
@@ -152,7 +165,8 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self.done:
             self.buf += data
-            self._serve_buffered()
+            if not self.queued and not self.paused and self._complete():
+                self.pool.queue_turn(self, light=True)
 
     def eof_received(self) -> bool:
         """The client is done sending (a half-close is allowed): answer what is owed, then close."""
@@ -170,36 +184,32 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        if not self.done and not self.turn and self.transport is not None:
-            self.transport.resume_reading()
-            self._serve_buffered()
+        if not self.done and not self.queued:
+            self._after_turn()
 
     # ----------------------------------------------------------------- queries
 
-    def _serve_buffered(self) -> None:
-        """Answer the complete frames in the buffer, TURN at most before the rest of the loop has its go,
-        and none while the replies are backed up."""
-        if self.turn:
-            return
+    def _complete(self) -> bool:
+        """Whether the buffer holds a whole query."""
+        buf = self.buf
+        return len(buf) >= 2 and len(buf) >= 2 + U16.unpack_from(buf)[0]
+
+    def take_turn(self, limit: int) -> int:
+        """Answer up to `limit` buffered queries (none while replies are backed up); how many were answered."""
+        self.queued = False
         buf = self.buf
         at = 0
         pool = self.pool
         max_queries = pool.limits.max_queries
         served = 0
-        while not self.paused and not self.done and len(buf) - at >= 2:
-            if served == TURN:  # more are waiting: take them after the others' (and UDP's) turns
-                self.turn = True
-                if self.transport is not None:
-                    self.transport.pause_reading()
-                    asyncio.get_running_loop().call_soon(self._next_turn)
-                break
-            served += 1
+        while served < limit and not self.paused and not self.done and len(buf) - at >= 2:
             (length,) = U16.unpack_from(buf, at)
             end = at + 2 + length
             if len(buf) < end:
                 break
             data = bytes(buf[at + 2:end])
             at = end
+            served += 1
             self.since = time.monotonic()
             pool.progressed(self)
             self.queries += 1
@@ -209,13 +219,16 @@ class Connection(asyncio.Protocol):
                 self.finish(MAX_QUERIES)
         if at:
             del buf[:at]
+        if not self.done and not self.paused:
+            self._after_turn()
+        return served
 
-    def _next_turn(self) -> None:
-        self.turn = False
-        if not self.done and self.transport is not None:
-            if not self.paused:
-                self.transport.resume_reading()
-            self._serve_buffered()
+    def _after_turn(self) -> None:
+        """More whole queries buffered: queue for another (heavy) turn; else read on."""
+        if self._complete():
+            self.pool.queue_turn(self, light=False)
+        elif self.transport is not None:
+            self.transport.resume_reading()
 
     def write(self, reply: bytes) -> None:
         transport = self.transport
@@ -265,6 +278,9 @@ class Connections:
         self.active: dict[Connection, None] = {}
         self.closing: dict[Connection, float] = {}
         self.by_source: dict[str, dict[Connection, None]] = {}  # reading connections per address, with a cap
+        self.light: deque[Connection] = deque()  # connections with queries waiting for a turn (see TURN_BUDGET)
+        self.heavy: deque[Connection] = deque()
+        self._turns: asyncio.Handle | None = None
         self.closed: dict[str, int] = dict.fromkeys(CLOSE_REASONS, 0)
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -298,6 +314,28 @@ class Connections:
         if first is None or (idlest is not None and idlest.since < first.since):
             return idlest  # type: ignore[return-value]
         return first
+
+    def queue_turn(self, conn: Connection, light: bool) -> None:
+        """`conn` has whole queries buffered: it stops reading and waits for a turn."""
+        conn.queued = True
+        if conn.transport is not None:
+            conn.transport.pause_reading()
+        (self.light if light else self.heavy).append(conn)
+        if self._turns is None:
+            self._turns = asyncio.get_running_loop().call_soon(self._take_turns)
+
+    def _take_turns(self) -> None:
+        """One round: the light queue, then the heavy one, TURN_BUDGET queries at most; again next
+        iteration while any wait."""
+        self._turns = None
+        budget = TURN_BUDGET
+        for queue, turn in ((self.light, LIGHT_TURN), (self.heavy, HEAVY_TURN)):
+            for _ in range(len(queue)):
+                if budget <= 0:
+                    break
+                budget -= max(1, queue.popleft().take_turn(turn))
+        if (self.light or self.heavy) and self._turns is None:  # (a turn taken may have queued the next round)
+            self._turns = asyncio.get_running_loop().call_soon(self._take_turns)
 
     def progressed(self, conn: Connection) -> None:
         """`conn` completed a query: to the end of the deadline order."""
@@ -378,9 +416,12 @@ class Connections:
 
     def close_all(self) -> None:
         """Shutdown: close every connection (queued replies are flushed while the process lives)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        for handle in (self._sweeper, self._turns):
+            if handle is not None:
+                handle.cancel()
+        self._sweeper = self._turns = None
+        self.light.clear()
+        self.heavy.clear()
         for conn in [*self.waiting, *self.active, *self.closing]:
             conn.done = True
             if conn.transport is not None:
