@@ -301,6 +301,24 @@ def print_table(rows: list[dict[str, Any]], header: bool = True) -> None:
               f"{r['rss_mb_before']:>5} -> {r['rss_mb_max']:<5} | {r['closed_by_server']:>8}")
 
 
+def markdown(stored: dict[str, Any]) -> str:
+    """The stored run as the table docs/reliability.md quotes (tests/test_overload.py checks the quote)."""
+    lines = ["| server | connections held (median) | sources | TCP answered within 1 s | TCP p50 / p99 / max ms | "
+             "UDP answered | server RSS MB before -> max | connections the server closed |",
+             "|---|---|---|---|---|---|---|---|"]
+    for mode, title in (("hold", "silent, half a prefix, or a prefix that lies"), ("pipeline", "100 queries pipelined, none read")):
+        rows = [r for r in stored["rows"] if r["mode"] == mode]
+        if rows:
+            lines.append(f"| **{title}** | | | | | | | |")
+        for r in rows:
+            t, u = r["tcp"], r["udp"]
+            lines.append(f"| {r['server']} | {r['held_median']:,} of {r['connections']:,} | {r['sources']:,} | "
+                         f"{t['answered']}/{t['sent']} ({t['answered_pct']:g}%) | {t['p50_ms']} / {t['p99_ms']} / "
+                         f"{t['max_ms']} | {u['answered']}/{u['sent']} | {r['rss_mb_before']} -> {r['rss_mb_max']} | "
+                         f"{r['closed_by_server']:,} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tcp_hold", description=__doc__.split("\n")[0])
     parser.add_argument("--connections", default="2000,10000", help="connections the holder keeps open (comma list)")
@@ -311,7 +329,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="hold: each connection sends nothing, half a prefix or a lying prefix; pipeline: 100 "
                         "queries, and never reads a reply (comma list)")
     parser.add_argument("--out", type=Path, help="store the rows as JSON here")
+    parser.add_argument("--markdown", type=Path, metavar="JSON",
+                        help="print the table docs/reliability.md quotes from a stored run, and run nothing")
     args = parser.parse_args(argv)
+    if args.markdown is not None:
+        try:
+            print(markdown(json.loads(args.markdown.read_text())), end="")
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--markdown {args.markdown}: {exc}")
+        return 0
     try:
         counts = [int(x) for x in args.connections.split(",")]
         sources = [int(x) for x in args.sources.split(",")]

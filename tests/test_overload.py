@@ -243,6 +243,16 @@ def test_one_client_holding_thousands_of_connections_locks_nobody_out(manifests,
             assert closed["evicted" if flags else "first_query_timeout"] > 0
 
 
+def test_reliability_quotes_the_stored_tcp_hold_run():
+    """docs/reliability.md's table of the connection-holding attack is the stored run's, as rendered."""
+    from benchmarks.tcp_hold import markdown
+
+    stored = json.loads((ROOT / "benchmarks" / "results" / "tcp_hold.json").read_text())
+    assert {r["server"] for r in stored["rows"]} == {"mcsdns", "coredns"}
+    assert {r["mode"] for r in stored["rows"]} == {"hold", "pipeline"}
+    assert markdown(stored) in (ROOT / "docs" / "reliability.md").read_text()
+
+
 def test_idle_stalled_and_trickling_connections_are_closed(manifests):
     """Nothing sent, half a length prefix, a prefix promising more than is sent, a query trickled a byte at a
     time: each is closed within --tcp-idle-timeout (plus slack). A client that keeps asking stays connected."""
