@@ -60,6 +60,12 @@ class App:
             reuse_port=config.workers > 1,
         )
         self.server.on_panic = self.metrics.panic
+        if config.transfer_to:  # decision 8: zone transfers, off by default
+            from .transfer import Transfers, load_key, networks
+
+            key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
+            transfers = Transfers(self.table, networks(config.transfer_to), key, self.metrics.transfer)
+            self.server.transfers = self.resolver.transfers = transfers
         self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder))
         self.source = self._make_source()
         if config.dns_sd:

@@ -114,6 +114,10 @@ class Config:
     local_cluster: str | None = None  # a cluster id or "auto" (KEP-2149 ClusterProperty): its endpoints first, SRV 0/10
     reverse_cidrs: tuple[str, ...] = ()  # serve PTR for clusterset addresses in these CIDRs' reverse zones
     dns_sd: bool = False  # DNS-SD browsing names (RFC 6763)
+    # Zone transfers (decision 8, transfer.py): off (every AXFR/IXFR REFUSED, as CoreDNS without `transfer`) until
+    # --transfer-to names who may transfer; with a TSIG key, unsigned transfer requests are refused too.
+    transfer_to: tuple[str, ...] = ()
+    tsig_key_file: Path | None = None
     # DNS over TCP (RFC 7766). A connection costs a socket and a little memory; these bound both.
     max_tcp_connections: int = 1000  # open at once; beyond it a new connection is closed at once
     tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout); also bounds a stalled reader
@@ -167,6 +171,7 @@ class Config:
             raise ConfigError(f"--discovery must be on or off: {self.discovery!r}")
         if not self.listen:
             raise ConfigError("--listen: at least one address is needed")
+        self._check_transfers()
         if self.startup_timeout < 0:
             raise ConfigError(f"--startup-timeout must be >= 0: {self.startup_timeout}")
         if self.resync < 0:
@@ -196,6 +201,21 @@ class Config:
             if not path.exists():
                 raise ConfigError(f"--manifests {path}: no such file or directory")
         return self
+
+    def _check_transfers(self) -> None:
+        from .transfer import KeyFileError, load_key, networks
+
+        try:
+            networks(self.transfer_to)
+        except ValueError as exc:
+            raise ConfigError(f"--transfer-to {exc}") from None
+        if self.tsig_key_file is not None:
+            if not self.transfer_to:
+                raise ConfigError("--tsig-key-file needs --transfer-to (who may transfer): without it transfers are off")
+            try:
+                load_key(self.tsig_key_file)
+            except KeyFileError as exc:
+                raise ConfigError(f"--tsig-key-file {exc}") from None
 
     @property
     def uses_api(self) -> bool:

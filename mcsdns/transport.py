@@ -101,6 +101,7 @@ class DnsServer:
         self._inflight: set[asyncio.Task] = set()
         self.addresses: list[tuple[str, int]] = []
         self.on_panic: Callable[[], None] | None = None  # metrics: coredns_panics_total
+        self.transfers: Any = None  # --transfer-to: transfer.Transfers, which answers AXFR/IXFR and signed queries
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -341,6 +342,10 @@ class DnsServer:
                     data = await asyncio.wait_for(reader.readexactly(length), limits.idle_timeout)
                 except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
                     break  # closed, idle, or a length prefix that lies: answer what is owed, then close
+                if self.transfers is not None and self.transfers.handles(data):  # zone transfers: transfer.py
+                    await self.transfers.serve_tcp(data, client, writer, limits.idle_timeout,
+                                                   lambda signed: self.resolver.resolve(signed, True)[0])
+                    continue
                 started = time.perf_counter() if self.observe else 0.0
                 try:
                     reply, q = self.resolver.resolve(data, True)
