@@ -118,6 +118,7 @@ class Config:
     # --transfer-to names who may transfer; with a TSIG key, unsigned transfer requests are refused too.
     transfer_to: tuple[str, ...] = ()
     tsig_key_file: Path | None = None
+    notify: tuple[tuple[str, int], ...] = ()  # secondaries sent NOTIFY (RFC 1996) after every change
     # DNS over TCP (RFC 7766). A connection costs a socket and a little memory; these bound both.
     max_tcp_connections: int = 1000  # open at once; beyond it a new connection is closed at once
     tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's read timeout); also bounds a stalled reader
@@ -209,6 +210,8 @@ class Config:
             networks(self.transfer_to)
         except ValueError as exc:
             raise ConfigError(f"--transfer-to {exc}") from None
+        if self.notify and not self.transfer_to:
+            raise ConfigError("--notify needs --transfer-to (the secondaries must be allowed to transfer)")
         if self.tsig_key_file is not None:
             if not self.transfer_to:
                 raise ConfigError("--tsig-key-file needs --transfer-to (who may transfer): without it transfers are off")

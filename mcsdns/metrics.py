@@ -247,6 +247,10 @@ class Metrics(Collector):
             "fallback_axfr (an IXFR answered with the whole zone), current (SOA alone), udp_soa, refused (address), "
             "unsigned, badkey, badsig, badtime, class, notauth, not_synced, udp (AXFR over UDP), formerr, busy.",
             ["type", "result"], registry=registry)
+        self.notifies = Counter(
+            "mcsdns_notify_total",
+            "NOTIFY messages (--notify) by result: sent (each try), acknowledged, error (answered with an error "
+            "rcode), failed (no answer after every retry).", ["result"], registry=registry)
         self.programming = Histogram(
             "coredns_kubernetes_dns_programming_duration_seconds",
             "Histogram of the time (in seconds) it took to program a dns instance.",
@@ -402,6 +406,10 @@ class Metrics(Collector):
     def transfer(self, kind: str, result: str) -> None:
         """One zone transfer request and what it got (transfer.Transfers)."""
         self.transfers.labels(kind, result).inc()
+
+    def notified(self, result: str) -> None:
+        """One NOTIFY sent, or how one ended (notify.Notifier)."""
+        self.notifies.labels(result).inc()
 
     def panic(self) -> None:
         """A bug surfaced on the query path (CoreDNS counts recovered panics)."""

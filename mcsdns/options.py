@@ -228,6 +228,13 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         doc="TSIG key `name:algorithm:base64secret`: transfers must be signed with it; needs `--transfer-to`",
         shown_default="none"),
     Option(
+        "--notify", "notify", DNS, metavar="HOST:PORT", parse=hostport(53), repeatable=True,
+        help="send this secondary a NOTIFY (RFC 1996) after every change, so it transfers the zone at once "
+        "(repeatable; coalesced over 50 ms, at most 4 rounds a second, retried 5 times; signed with the TSIG key). "
+        "Needs --transfer-to",
+        doc="secondary sent NOTIFY after every change (repeatable; coalesced, retried, rate-capped); needs "
+        "`--transfer-to`", shown_default="none"),
+    Option(
         "--max-tcp-connections", "max_tcp_connections", DNS, metavar="N", parse=integer,
         help="open DNS-over-TCP connections at once; beyond it new ones are closed at once",
         doc="open DNS-over-TCP connections; beyond it new ones are closed at once", shown_default="`1000`"),

@@ -371,6 +371,10 @@ class Transfers:
         for message in packed.messages:
             yield self._dress(message, req, ctx)
 
+    def soa_message(self, lname: bytes) -> bytes:
+        """The zone's current SOA as a one-answer message (ID 0, question `zone AXFR IN`): NOTIFY's base."""
+        return self._pack(lname, self.zones[lname]).soa_only
+
     def _pack(self, lname: bytes, zone: str) -> _Packed:
         packed = self._packed.get(lname)
         if packed is None or packed.generation != self.table.generation:
@@ -451,6 +455,14 @@ class Signer:
         rdata = dns.rdtypes.ANY.TSIG.TSIG(dns.rdataclass.ANY, TSIG, req.tsig.algorithm, req.tsig.time_signed,
                                           req.tsig.fudge, b"", req.qid, error, b"")
         return _append_tsig(reply, req.key_name, rdata)
+
+
+def sign_request(message: bytes, key: dns.tsig.Key) -> tuple[bytes, bytes]:
+    """`message` (a request we send: NOTIFY) signed with `key` at our time; and its MAC, to verify the reply."""
+    rdata = dns.rdtypes.ANY.TSIG.TSIG(dns.rdataclass.ANY, TSIG, key.algorithm, 0, FUDGE, b"",
+                                      (message[0] << 8) | message[1], 0, b"")
+    tsig, _ = dns.tsig.sign(message, key, rdata, int(time.time()), None, None, False)
+    return _append_tsig(message, key.name, tsig), tsig.mac
 
 
 def _append_tsig(message: bytes, owner: dns.name.Name, rdata: Any) -> bytes:

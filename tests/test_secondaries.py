@@ -10,12 +10,14 @@ as exactly those. The secondary's serial is mcsdns's own.
 from __future__ import annotations
 
 import base64
+import signal
 from pathlib import Path
 
+import dns.rcode
 import pytest
 
 from testsupport.secondaries import BindSecondary, KnotSecondary
-from testsupport.serverproc import FIXTURES, ROOT, Server
+from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
 from testsupport.zonecompare import ZONE, answers_alike, ask, questions, soa_fields
 from test_zonefile import print_zone
 
@@ -53,3 +55,57 @@ def test_a_secondary_with_the_wrong_key_gets_nothing(tmp_path: Path) -> None:
         assert "TSIG" in knot.log() or "BADSIG" in knot.log() or "failed" in knot.log(), knot.log()
         _, metrics = server.http("/metrics")
     assert 'result="badsig"' in metrics, metrics
+
+
+def churn_step(step: int) -> tuple[str, str, str | None]:
+    """The manifests added to the example at `step`, and (name, the address it must answer, None: NXDOMAIN)."""
+    if step % 3 == 2:  # every third step deletes the service the step before added
+        return "", f"added{step - 1}.demo.svc.{ZONE}", None
+    address = f"10.77.{step}.{step % 7 + 1}"
+    imp = ("---\napiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceImport\n"
+           f"metadata: {{name: added{step}, namespace: demo}}\n"
+           f"spec: {{type: ClusterSetIP, ips: [{address}], ports: [{{name: http, protocol: TCP, port: 80}}]}}\n")
+    slice_ = ("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n"
+              f"metadata: {{name: added{step}-east, namespace: demo, labels: "
+              f"{{multicluster.kubernetes.io/service-name: added{step}, multicluster.kubernetes.io/source-cluster: east}}}}\n"
+              f"addressType: IPv4\nendpoints: [{{addresses: [10.78.{step}.1], conditions: {{ready: true}}}}]\n"
+              "ports: [{name: http, protocol: TCP, port: 8080}]\n")
+    return imp + slice_, f"added{step}.demo.svc.{ZONE}", address
+
+
+def a_record(port: int, name: str) -> str | None:
+    """The A answer of `name` (None: NXDOMAIN), or "?" for anything else (not there yet)."""
+    reply = ask(port, name, "A")
+    if reply.rcode() == dns.rcode.NXDOMAIN:
+        return None
+    return reply.answer[0][0].address if reply.answer else "?"
+
+
+@pytest.mark.parametrize("kind", sorted(SECONDARIES))
+def test_secondary_follows_changes_by_notify(kind: str, tmp_path: Path) -> None:
+    """Manifests change 9 times (services added, one deleted every third step); after each, mcsdns answers
+    the change, sends NOTIFY, and the secondary answers the same within a few seconds (its SOA refresh
+    timer is 2 hours: only the NOTIFY can bring it so soon). Then every question matches again."""
+    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    manifests = tmp_path / "manifests.yaml"
+    base = EXAMPLE.read_text()
+    manifests.write_text(base)
+    server = Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+                    "--tsig-key-file", str(tmp_path / "key"))
+    secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
+    server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
+    added = ""
+    with server, secondary:
+        for step in range(9):
+            extra, name, address = churn_step(step)
+            added = added + extra if address is not None else added[: added.rindex("---\napiVersion: multicluster")]
+            manifests.write_text(base + "\n" + added)
+            server.signal(signal.SIGHUP)
+            eventually(lambda: a_record(server.dns_port, name) == address, timeout=10, what=f"mcsdns: {name}")
+            eventually(lambda: a_record(secondary.port, name) == address, timeout=10,
+                       what=lambda: f"{kind} following {name} -> {address}: {secondary.log()[-2000:]}")
+            assert secondary.serial() == ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
+        asked, _ = questions(print_zone(manifests))
+        answers_alike(server.dns_port, secondary.port, asked, kind)
+        _, metrics = server.http("/metrics")
+    assert 'mcsdns_notify_total{result="acknowledged"}' in metrics, metrics
