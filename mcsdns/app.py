@@ -62,10 +62,12 @@ class App:
         self.server.on_panic = self.metrics.panic
         self.notifier = None
         if config.transfer_to:  # decision 8: zone transfers, off by default
-            from .transfer import Transfers, load_key, networks
+            from .config import transfer_networks
+            from .transfer import Transfers
+            from .tsigkey import load_key
 
             key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
-            transfers = Transfers(self.table, networks(config.transfer_to), key, self.metrics.transfer)
+            transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer)
             self.server.transfers = self.resolver.transfers = transfers
             if config.notify:
                 from .notify import Notifier

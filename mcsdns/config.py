@@ -91,6 +91,17 @@ def check_upstreams(upstreams: Iterable[tuple[str, int]] | None) -> None:
 # --------------------------------------------------------------------------- the configuration
 
 
+def transfer_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """--transfer-to values as networks (an address alone is its /32 or /128); ValueError names the bad one."""
+    out = []
+    for cidr in cidrs:
+        try:
+            out.append(ipaddress.ip_network(cidr, strict=False))
+        except ValueError:
+            raise ValueError(f"{cidr!r} is not an address or CIDR (e.g. 10.0.0.0/8, 127.0.0.1)") from None
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Config:
     # Sources. No manifests and no cluster: the bundled example cluster set.
@@ -204,10 +215,10 @@ class Config:
         return self
 
     def _check_transfers(self) -> None:
-        from .transfer import KeyFileError, load_key, networks
+        from .tsigkey import KeyFileError, load_key
 
         try:
-            networks(self.transfer_to)
+            transfer_networks(self.transfer_to)
         except ValueError as exc:
             raise ConfigError(f"--transfer-to {exc}") from None
         if self.notify and not self.transfer_to:

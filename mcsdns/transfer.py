@@ -42,14 +42,11 @@ answers there are our SOA or an error, which any SOA query shows anyway.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import ipaddress
 import logging
 import struct
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import dns.exception
@@ -79,51 +76,6 @@ _RECORD_MAX = 600  # the longest record we write: SRV with a 255-byte target and
 # is then a few hundred messages.
 PACK_LIMIT = 16384 - _RECORD_MAX
 MAX_TRANSFERS = 16  # AXFR/IXFR answered at once; more are REFUSED and retried by the secondary
-ALGORITHMS = ("hmac-sha1", "hmac-sha224", "hmac-sha256", "hmac-sha384", "hmac-sha512")
-
-
-class KeyFileError(ValueError):
-    """The --tsig-key-file cannot be used (the message says why)."""
-
-
-def load_key(path: Path) -> dns.tsig.Key:
-    """`name:algorithm:base64secret` from `path` (one line; `#` comments and blank lines skipped).
-
-    `algorithm:name:secret`, the order `dig -y` and `kdig -y` take, is read too when the first
-    field is an algorithm and the second is not. The secret must be base64 of at least 16 bytes.
-    """
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise KeyFileError(f"{path}: {exc.strerror or exc}") from None
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    if len(lines) != 1 or lines[0].count(":") != 2:
-        raise KeyFileError(f"{path}: expected one line name:algorithm:base64secret")
-    name, algorithm, secret = lines[0].split(":")
-    if name.lower() in ALGORITHMS and algorithm.lower() not in ALGORITHMS:
-        name, algorithm = algorithm, name
-    algorithm = algorithm.lower()
-    if algorithm not in ALGORITHMS:
-        raise KeyFileError(f"{path}: algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-    try:
-        raw = base64.b64decode(secret, validate=True)
-        key_name = dns.name.from_text(name)
-    except (binascii.Error, ValueError, dns.exception.DNSException) as exc:
-        raise KeyFileError(f"{path}: {exc}") from None
-    if len(raw) < 16:
-        raise KeyFileError(f"{path}: the secret is {len(raw)} bytes; use at least 16 (e.g. `openssl rand -base64 32`)")
-    return dns.tsig.Key(key_name, raw, algorithm)
-
-
-def networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    """--transfer-to values as networks (an address alone is its /32 or /128); ValueError names the bad one."""
-    out = []
-    for cidr in cidrs:
-        try:
-            out.append(ipaddress.ip_network(cidr, strict=False))
-        except ValueError:
-            raise ValueError(f"{cidr!r} is not an address or CIDR (e.g. 10.0.0.0/8, 127.0.0.1)") from None
-    return tuple(out)
 
 
 @dataclass(slots=True)
