@@ -352,3 +352,30 @@ def test_dig_and_kdig_read_a_signed_transfer(signed_server: Server) -> None:
         assert proc.returncode == 0 and "Transfer failed" not in out, out
         assert f"db-0.east.db.demo.svc.{ZONE}" in out and out.count("\tSOA\t") == 2, out
         assert "NOERROR" in out.split("TSIG")[-1], out  # the TSIG record of the reply: no error
+
+
+def test_twenty_secondaries_at_once_and_queries_keep_being_answered(tmp_path: Path) -> None:
+    """20 AXFR of a 200-service zone at once, and UDP queries all the while: every query answered,
+    every transfer complete (or REFUSED for being over the cap, which a secondary retries)."""
+    import concurrent.futures
+
+    manifests = big_manifests(tmp_path, 200)
+    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
+        expected = contents(transferred(server.dns_port))
+
+        def one(_: int) -> str:
+            try:
+                return "same" if contents(transferred(server.dns_port)) == expected else "different"
+            except dns.xfr.TransferError as exc:
+                return f"refused: {exc}"
+
+        with concurrent.futures.ThreadPoolExecutor(20) as pool:
+            futures = [pool.submit(one, i) for i in range(20)]
+            answered = 0
+            while not all(f.done() for f in futures):
+                reply = server.query(f"service-number-00007.bulk.svc.{ZONE}", "A", timeout=2)
+                assert reply.answer[0][0].address == "10.0.7.1"
+                answered += 1
+            results = [f.result() for f in futures]
+    assert results.count("same") >= 16 and all(r == "same" or r.startswith("refused") for r in results), results
+    assert answered >= 1
