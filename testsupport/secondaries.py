@@ -43,9 +43,17 @@ class Secondary:
         self.load_timeout = load_timeout
 
     package = ""
+    conf_name = ""
+    flags: tuple[str, ...] = ()  # before `-c <conf>`
+
+    def config(self, key_name: str, algorithm: str, secret: str) -> str:
+        """The server's configuration file: listen on self.port, transfer ZONE from the primary with the key."""
+        raise NotImplementedError
 
     def argv(self) -> list[str]:
-        raise NotImplementedError
+        conf = self.dir / self.conf_name
+        conf.write_text(self.config(*self.key))
+        return [*self.flags, "-c", str(conf)]
 
     def serial(self) -> int | None:
         """The SOA serial it answers with authority (AA), or None (no zone yet, or not answering)."""
@@ -79,12 +87,10 @@ class Secondary:
 
 
 class KnotSecondary(Secondary):
-    binary, name, package = "knotd", "knot", "knot"
+    binary, name, package, conf_name = "knotd", "knot", "knot", "knot.conf"
 
-    def argv(self) -> list[str]:
-        key_name, algorithm, secret = self.key
-        conf = self.dir / "knot.conf"
-        conf.write_text(
+    def config(self, key_name: str, algorithm: str, secret: str) -> str:
+        return (
             f'server:\n    rundir: "{self.dir}"\n    listen: 127.0.0.1@{self.port}\n'
             "    udp-workers: 1\n    tcp-workers: 1\n    background-workers: 1\n"
             f"key:\n  - id: {key_name}\n    algorithm: {algorithm}\n    secret: {secret}\n"
@@ -94,16 +100,14 @@ class KnotSecondary(Secondary):
             "log:\n  - target: stderr\n    any: info\n"
             f"zone:\n  - domain: {ZONE}\n    master: primary\n    acl: notify\n"
             f'    storage: "{self.dir}"\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: none\n')
-        return ["-c", str(conf)]
 
 
 class BindSecondary(Secondary):
-    binary, name, package = "named", "bind", "bind9"
+    binary, name, package, conf_name = "named", "bind", "bind9", "named.conf"
+    flags = ("-g", "-n", "1")  # foreground, logging to stderr; one worker thread
 
-    def argv(self) -> list[str]:
-        key_name, algorithm, secret = self.key
-        conf = self.dir / "named.conf"
-        conf.write_text(
+    def config(self, key_name: str, algorithm: str, secret: str) -> str:
+        return (
             f'options {{\n  directory "{self.dir}";\n  pid-file "{self.dir}/named.pid";\n'
             f'  session-keyfile "{self.dir}/session.key";\n  managed-keys-directory "{self.dir}";\n'
             f"  listen-on port {self.port} {{ 127.0.0.1; }};\n  listen-on-v6 {{ none; }};\n"
@@ -113,4 +117,3 @@ class BindSecondary(Secondary):
             f'zone "{ZONE.rstrip(".")}" {{\n  type secondary;\n  file "{self.dir}/zone.db";\n'
             f"  primaries port {self.primary_port} {{ 127.0.0.1 key {key_name}; }};\n"
             f"  allow-notify {{ 127.0.0.1; }};\n}};\n")
-        return ["-g", "-n", "1", "-c", str(conf)]
