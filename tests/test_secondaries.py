@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import dns.rcode
@@ -109,3 +111,45 @@ def test_secondary_follows_changes_by_notify(kind: str, tmp_path: Path) -> None:
         answers_alike(server.dns_port, secondary.port, asked, kind)
         _, metrics = server.http("/metrics")
     assert 'mcsdns_notify_total{result="acknowledged"}' in metrics, metrics
+
+
+@pytest.mark.kube
+def test_knot_follows_changes_made_through_the_api(testbed, fresh_namespace: str, tmp_path: Path) -> None:
+    """The API source: ServiceImports and EndpointSlices created, updated and deleted in a real
+    kube-apiserver; a Knot secondary answers each change as mcsdns does, by NOTIFY, then every name."""
+    from kube_server import ES_API, MCS, KubeServer, endpoint_slice, ensure_crd, service_import
+
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    server = KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--namespaces", ns, "--ns-address",
+                        "127.0.0.1", "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key"))
+    knot = KnotSecondary(tmp_path / "knot", server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
+    server.args += ["--notify", f"127.0.0.1:{knot.port}"]
+    vip, web = f"vip.{ns}.svc.{ZONE}", f"web.{ns}.svc.{ZONE}"
+    steps = [
+        (lambda: testbed.create(service_import(ns, "vip", ["10.9.0.1"])), vip, "10.9.0.1"),
+        (lambda: testbed.patch(f"{MCS}/v1beta1", "ServiceImport", ns, "vip", {"spec": {"ips": ["10.9.0.2"]}}),
+         vip, "10.9.0.2"),
+        (lambda: (testbed.create(service_import(ns, "web", headless=True)),
+                  testbed.create(endpoint_slice(ns, "web-east", "web", "east", [("10.1.0.1", True)]))), web, "10.1.0.1"),
+        (lambda: testbed.apply(endpoint_slice(ns, "web-east", "web", "east", [("10.1.0.3", True)])), web, "10.1.0.3"),
+        (lambda: testbed.delete(ES_API, "EndpointSlice", ns, "web-east"), web, None),
+        (lambda: testbed.delete(f"{MCS}/v1beta1", "ServiceImport", ns, "vip"), vip, None),
+    ]
+    with server:
+        server.wait_until_ready()
+        with knot:
+            for act, name, address in steps:
+                act()
+                eventually(lambda: a_record(server.dns_port, name) == address, timeout=10, what=f"mcsdns: {name}")
+                eventually(lambda: a_record(knot.port, name) == address, timeout=10,
+                           what=lambda: f"knot following {name} -> {address}: {knot.log()[-2000:]}")
+            testbed.create(service_import(ns, "last", ["10.9.0.9"]))
+            eventually(lambda: a_record(knot.port, f"last.{ns}.svc.{ZONE}") == "10.9.0.9", timeout=10)
+            proc = subprocess.run([sys.executable, "-m", "mcsdns", "zone", "--kubeconfig", str(testbed.kubeconfig_path),
+                                   "--namespaces", ns, "--ns-address", "127.0.0.1"], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            asked, _ = questions(proc.stdout)
+            answers_alike(server.dns_port, knot.port, asked)
