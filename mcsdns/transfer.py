@@ -11,8 +11,10 @@ prints, built from the same compiled service answers the query path serves
 secondary answers what mcsdns answers. The messages of one zone and one table
 generation are packed once and kept (`_Packed`): twenty secondaries asking at
 once cost one build, and a transfer is one serial's records even if the table
-changes while it is written. Per request only the ID, the flags, the question
-(as the client spelled it) and the TSIG record differ.
+changes while it is written. Packing yields to the event loop as it goes (queries
+are answered meanwhile) and starts again if the table changes under it. Per
+request only the ID, the flags, the question (as the client spelled it) and the
+TSIG record differ.
 
 The decisions, in the order they are taken (`Transfers.decide`):
 
@@ -66,6 +68,7 @@ from .zonefile import zone_records
 log = logging.getLogger(__name__)
 
 TSIG = 250
+_TSIG_FIXED = b"\x00\xfa\x00\xff\x00\x00\x00\x00"  # a TSIG record's type, class (ANY) and TTL (0)
 NOTAUTH = 9
 BADSIG, BADKEY, BADTIME = 16, 17, 18
 FUDGE = 300  # seconds of clock difference a signed request may have (RFC 8945 10: 300 recommended)
@@ -75,6 +78,8 @@ _RECORD_MAX = 600  # the longest record we write: SRV with a 255-byte target and
 # Signed (a TSIG record is < 400 bytes) that is well inside RFC 5936's 64 KiB; a 50k-import zone
 # is then a few hundred messages.
 PACK_LIMIT = 16384 - _RECORD_MAX
+PACK_SLICE = 500  # records packed between two yields to the event loop (~25 ms)
+PACK_TRIES = 3  # the table changed while packing this many times in a row: SERVFAIL, the secondary retries
 MAX_TRANSFERS = 16  # AXFR/IXFR answered at once; more are REFUSED and retried by the secondary
 
 
@@ -132,8 +137,11 @@ def read_request(data: bytes) -> Request:
 
 
 def signed(data: bytes) -> bool:
-    """True when `data` ends in a TSIG record (cheap enough for every query that is not plain)."""
+    """True when `data` ends in a TSIG record. Cheap for the queries that are not signed (every TCP query
+    and every UDP query no fast lane takes, when transfers are on): one byte search."""
     if len(data) < 12 or not data[11] and not data[10]:
+        return False
+    if _TSIG_FIXED not in data:  # no record of type TSIG, class ANY, TTL 0 anywhere: a find in C, no parse
         return False
     try:
         return read_request(data).tsig_start > 0
@@ -141,50 +149,70 @@ def signed(data: bytes) -> bool:
         return False
 
 
+def _start(zone: str | None) -> DNSBuffer:
+    """A message buffer: a header to fill in, and the question `zone AXFR IN` (None: no question)."""
+    buffer = DNSBuffer()
+    buffer.append(bytes(12))
+    if zone is not None:
+        buffer.encode_name(DNSLabel(zone))
+        buffer.pack("!HH", vocab.AXFR, vocab.CLASS_IN)
+    return buffer
+
+
+def _finish(buffer: DNSBuffer, question: bool, count: int) -> bytes:
+    data = bytearray(buffer.data)
+    HEADER.pack_into(data, 0, 0, 0, 1 if question else 0, count, 0, 0)
+    return bytes(data)
+
+
 class _Packed:
     """One zone's AXFR messages at one table generation, ID 0 and the question `zone AXFR IN` in the first.
 
     Each message stops taking records once it passes PACK_LIMIT, so every message, signed, fits a
     TCP message. Names are compressed within a message (dnslib's buffer), as BIND and Knot do.
+    `build` packs cooperatively: it yields to the event loop every PACK_SLICE records, so queries
+    are answered while a large zone is packed (about 50 us a record), and gives up (returns False)
+    when the table changes meanwhile: the records would mix two serials.
     """
 
     def __init__(self, table: Table, zone: str) -> None:
+        self.table = table
+        self.zone = zone
         self.generation = table.generation
         self.serial = table.serial & 0xFFFFFFFF
-        records = list(zone_records(table, zone, table.config.ns_addresses))
-        self.soa = records[0]
-        self.records = len(records) + 1
         self.messages: list[bytes] = []
-        buffer = self._start(zone)
-        count = 0
-        for rr in [*records, self.soa]:
+
+    async def build(self) -> bool:
+        table, zone = self.table, self.zone
+        records = zone_records(table, zone, table.config.ns_addresses)
+        soa = next(records)
+        buffer, count = _start(zone), 0
+        for n, rr in enumerate(_with_last(soa, records)):
             if count and len(buffer.data) > PACK_LIMIT:
-                self.messages.append(self._finish(buffer, count))
-                buffer, count = self._start(None), 0
+                self.messages.append(_finish(buffer, not self.messages, count))
+                buffer, count = _start(None), 0
             rr.pack(buffer)
             count += 1
-        self.messages.append(self._finish(buffer, count))
-        self.soa_only = self._soa_message(zone)
+            if n % PACK_SLICE == PACK_SLICE - 1:
+                await asyncio.sleep(0)
+                if table.generation != self.generation:
+                    return False
+        self.messages.append(_finish(buffer, not self.messages, count))
+        return True
 
-    def _start(self, zone: str | None) -> DNSBuffer:
-        buffer = DNSBuffer()
-        buffer.append(bytes(12))
-        if zone is not None:
-            buffer.encode_name(DNSLabel(zone))
-            buffer.pack("!HH", vocab.AXFR, vocab.CLASS_IN)
-        return buffer
 
-    def _finish(self, buffer: DNSBuffer, count: int) -> bytes:
-        data = bytearray(buffer.data)
-        HEADER.pack_into(data, 0, 0, 0, 1 if not self.messages else 0, count, 0, 0)
-        return bytes(data)
+def _with_last(soa, records):
+    """The SOA, every record, the SOA again (RFC 5936 2.2), lazily."""
+    yield soa
+    yield from records
+    yield soa
 
-    def _soa_message(self, zone: str) -> bytes:
-        buffer = self._start(zone)
-        self.soa.pack(buffer)
-        data = bytearray(buffer.data)
-        HEADER.pack_into(data, 0, 0, 0, 1, 1, 0, 0)
-        return bytes(data)
+
+def soa_message(table: Table, zone: str) -> bytes:
+    """The zone's SOA alone in a message (ID 0, question `zone AXFR IN`): cheap, the first record only."""
+    buffer = _start(zone)
+    next(zone_records(table, zone, table.config.ns_addresses)).pack(buffer)
+    return _finish(buffer, True, 1)
 
 
 class Transfers:
@@ -198,6 +226,7 @@ class Transfers:
         self.on_result = on_result  # metrics: (type, result) of every transfer request
         self.zones = {z: name for z, name in zip(table.zones, table.config.zones)}  # apex wire form -> name
         self._packed: dict[bytes, _Packed] = {}
+        self._building: dict[bytes, tuple[_Packed, asyncio.Future]] = {}  # a packing under way, by zone
         self.active = 0
         self.clock: Callable[[], float] = time.time
 
@@ -244,6 +273,18 @@ class Transfers:
             for message in self.decide(data, client, True, answer):
                 if message is None:
                     return
+                if isinstance(message, _Whole):
+                    packed = await self._pack(message.req.lname)
+                    if packed is None:  # the table kept changing: SERVFAIL, the secondary retries
+                        self._result(message.kind, "changing")
+                        refusal = _error(data, vocab.SERVFAIL, message.req)
+                        writer.write(_framed(message.ctx.sign(refusal) if message.ctx is not None else refusal))
+                        continue
+                    self._result(message.kind, message.result)
+                    for whole in packed.messages:  # signed as they go: each MAC chains to the one before
+                        writer.write(_framed(self._dress(whole, message.req, message.ctx)))
+                        await asyncio.wait_for(writer.drain(), timeout)
+                    continue
                 writer.write(_framed(message))
                 await asyncio.wait_for(writer.drain(), timeout)
         except (ConnectionError, asyncio.TimeoutError):
@@ -309,29 +350,41 @@ class Transfers:
         if kind == "axfr" and not tcp:
             yield fail(vocab.NOTIMP, "udp")
             return
-        packed = self._pack(req.lname, zone)
         if kind == "ixfr":
             client_serial = _ixfr_serial(req)
             if client_serial is None:
                 yield fail(vocab.FORMERR, "formerr")
                 return
-            if not tcp or client_serial == packed.serial:
-                self._result(kind, "current" if client_serial == packed.serial else "udp_soa")
-                yield self._dress(packed.soa_only, req, ctx)
+            serial = self.table.serial & 0xFFFFFFFF
+            if not tcp or client_serial == serial:
+                self._result(kind, "current" if client_serial == serial else "udp_soa")
+                yield self._dress(self.soa_message(req.lname), req, ctx)
                 return
-        self._result(kind, "axfr" if kind == "axfr" else "fallback_axfr")
-        for message in packed.messages:
-            yield self._dress(message, req, ctx)
+        # The whole zone: packed (or its packing awaited) by serve_tcp, then dressed like this.
+        yield _Whole(req, ctx, kind, "axfr" if kind == "axfr" else "fallback_axfr")
 
     def soa_message(self, lname: bytes) -> bytes:
         """The zone's current SOA as a one-answer message (ID 0, question `zone AXFR IN`): NOTIFY's base."""
-        return self._pack(lname, self.zones[lname]).soa_only
+        return soa_message(self.table, self.zones[lname])
 
-    def _pack(self, lname: bytes, zone: str) -> _Packed:
-        packed = self._packed.get(lname)
-        if packed is None or packed.generation != self.table.generation:
-            packed = self._packed[lname] = _Packed(self.table, zone)
-        return packed
+    async def _pack(self, lname: bytes) -> _Packed | None:
+        """The zone's messages at the table's current generation: packed once, whoever asks meanwhile
+        waits for the same packing. None when the table changed during PACK_TRIES packings in a row."""
+        for _ in range(PACK_TRIES):
+            packed = self._packed.get(lname)
+            if packed is not None and packed.generation == self.table.generation:
+                return packed
+            building = self._building.get(lname)
+            if building is None or building[0].generation != self.table.generation:
+                packed = _Packed(self.table, self.zones[lname])
+                building = self._building[lname] = (packed, asyncio.ensure_future(packed.build()))
+            done = await asyncio.shield(building[1])  # one client hanging up does not stop the others' packing
+            if self._building.get(lname) is building:
+                del self._building[lname]
+            if done:
+                self._packed[lname] = building[0]
+                return building[0]
+        return None
 
     def _dress(self, message: bytes, req: Request, ctx: "Signer | None") -> bytes:
         """`message` with the request's ID, RD bit and question (its spelling and type) put in."""
@@ -354,6 +407,16 @@ class Transfers:
         except Unreadable:
             return
         self._result({vocab.AXFR: "axfr", vocab.IXFR: "ixfr"}.get(qtype, "query"), result)
+
+
+@dataclass(slots=True)
+class _Whole:
+    """`decide`'s word for "the whole zone goes here": serve_tcp packs it (awaiting) and writes it."""
+
+    req: Request
+    ctx: "Signer | None"
+    kind: str
+    result: str
 
 
 class Signer:
