@@ -379,3 +379,46 @@ def test_twenty_secondaries_at_once_and_queries_keep_being_answered(tmp_path: Pa
             results = [f.result() for f in futures]
     assert results.count("same") >= 16 and all(r == "same" or r.startswith("refused") for r in results), results
     assert answered >= 1
+
+
+def raw_transfer_size(port: int) -> int:
+    """The bytes of a whole AXFR, read as fast as they come (no parsing) until a second of silence."""
+    wire = dns.message.make_query(ZONE, "AXFR").to_wire()
+    total = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        sock.settimeout(30)
+        total += len(sock.recv(1 << 20))  # the first message waits for the packing
+        sock.settimeout(1)
+        try:
+            while chunk := sock.recv(1 << 20):
+                total += len(chunk)
+        except socket.timeout:
+            pass
+    return total
+
+
+def test_a_secondary_that_never_reads_is_dropped_after_the_idle_timeout(tmp_path: Path) -> None:
+    """It asks for the zone and reads nothing: once the buffers are full the server waits
+    --tcp-idle-timeout (1 s here) for it, then drops the connection; queries are answered all along."""
+    manifests = big_manifests(tmp_path, 14000)
+    with Server("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--tcp-idle-timeout", "1s") as server:
+        whole = raw_transfer_size(server.dns_port)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's writes back up
+        sock.connect(("127.0.0.1", server.dns_port))
+        wire = dns.message.make_query(ZONE, "AXFR").to_wire()
+        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # not reading; queries still answered
+            assert server.query(f"service-number-00001.bulk.svc.{ZONE}", "A").answer
+            time.sleep(0.1)
+        received = 0
+        sock.settimeout(5)
+        try:
+            while chunk := sock.recv(65536):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+        sock.close()
+    assert received < whole, (received, whole)  # cut off, not written to the end
