@@ -9,9 +9,7 @@ and a signed AXFR transfers the zone while an unsigned one is REFUSED.
 from __future__ import annotations
 
 import base64
-import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,11 +19,10 @@ import dns.query
 import dns.rcode
 import dns.tsig
 import dns.zone
-import yaml
 
-from test_deploy import cached_binary
+from test_deploy import with_component
 from test_helm import by_kind, parse_flags, render
-from testsupport.serverproc import ROOT, Server
+from testsupport.serverproc import Server
 
 ZONE = "clusterset.local."
 MOUNTED = "/etc/mcsdns-tsig/tsig.key"
@@ -69,15 +66,7 @@ def test_helm_tsig_secret(tmp_path: Path) -> None:
 
 
 def test_kustomize_transfers_component(tmp_path: Path) -> None:
-    root = tmp_path / "overlay"
-    root.mkdir()
-    rel = os.path.relpath(ROOT / "deploy", root)
-    (root / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [f"{rel}/base"], "components": [f"{rel}/components/transfers"]}))
-    out = subprocess.run([str(cached_binary("kubectl")), "kustomize", str(root)], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
-    objects = by_kind([d for d in yaml.safe_load_all(out) if d])
+    objects = by_kind(with_component("transfers", tmp_path))
     pod = objects["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert {"name": "tsig", "secret": {"secretName": "mcsdns-tsig"}} in pod["volumes"]
