@@ -36,8 +36,8 @@ from __future__ import annotations
 import struct
 from array import array
 from dataclasses import dataclass
-from typing import Any
 from random import getrandbits as _coin  # `resolve`: which of two notes a third replaces
+from typing import Any
 
 from . import compile as zone
 from . import vocab
