@@ -61,6 +61,20 @@ class App:
             reuse_port=config.workers > 1,
         )
         self.server.on_panic = self.metrics.panic
+        self.notifier = None
+        if config.transfer_to:  # decision 8: zone transfers, off by default
+            from .config import transfer_networks
+            from .transfer import Transfers
+            from .tsigkey import load_key
+
+            key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
+            transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer)
+            self.server.transfers = self.resolver.transfers = transfers
+            if config.notify:
+                from .notify import Notifier
+
+                self.notifier = Notifier(transfers, config.notify, self.metrics.notified)
+                self.table.on_bump = self.notifier.changed
         self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder,
                                    self.server.tcp))
         self.source = self._make_source()
@@ -120,6 +134,8 @@ class App:
             if isinstance(self.source, ManifestSource):
                 self.source.load()
             self._spawn(self.source.run(self.stop_event), "source")
+            if self.notifier is not None:
+                self._spawn(self.notifier.run(self.stop_event), "notify")
             if self.forwarder is not None:
                 await self.forwarder.start(list(self.config.listen))
             await self._wait_for_sync()

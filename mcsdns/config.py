@@ -91,6 +91,17 @@ def check_upstreams(upstreams: Iterable[tuple[str, int]] | None) -> None:
 # --------------------------------------------------------------------------- the configuration
 
 
+def transfer_networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """--transfer-to values as networks (an address alone is its /32 or /128); ValueError names the bad one."""
+    out = []
+    for cidr in cidrs:
+        try:
+            out.append(ipaddress.ip_network(cidr, strict=False))
+        except ValueError:
+            raise ValueError(f"{cidr!r} is not an address or CIDR (e.g. 10.0.0.0/8, 127.0.0.1)") from None
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Config:
     # Sources. No manifests and no cluster: the bundled example cluster set.
@@ -114,6 +125,11 @@ class Config:
     local_cluster: str | None = None  # a cluster id or "auto" (KEP-2149 ClusterProperty): its endpoints first, SRV 0/10
     reverse_cidrs: tuple[str, ...] = ()  # serve PTR for clusterset addresses in these CIDRs' reverse zones
     dns_sd: bool = False  # DNS-SD browsing names (RFC 6763)
+    # Zone transfers (decision 8, transfer.py): off (every AXFR/IXFR REFUSED, as CoreDNS without `transfer`) until
+    # --transfer-to names who may transfer; with a TSIG key, unsigned transfer requests are refused too.
+    transfer_to: tuple[str, ...] = ()
+    tsig_key_file: Path | None = None
+    notify: tuple[tuple[str, int], ...] = ()  # secondaries sent NOTIFY (RFC 1996) after every change
     # DNS over TCP (RFC 7766; the policy is tcp.py's). A connection costs a descriptor and about 2 KB (the RSS
     # figures of benchmarks.tcp_hold), so the cap bounds both; over it, the connection longest without a
     # complete query makes room (never a refusal). A client holding more than the cap and reopening what is
@@ -174,6 +190,7 @@ class Config:
             raise ConfigError(f"--discovery must be on or off: {self.discovery!r}")
         if not self.listen:
             raise ConfigError("--listen: at least one address is needed")
+        self._check_transfers()
         if self.startup_timeout < 0:
             raise ConfigError(f"--startup-timeout must be >= 0: {self.startup_timeout}")
         if self.resync < 0:
@@ -208,6 +225,23 @@ class Config:
             if not path.exists():
                 raise ConfigError(f"--manifests {path}: no such file or directory")
         return self
+
+    def _check_transfers(self) -> None:
+        from .tsigkey import KeyFileError, load_key
+
+        try:
+            transfer_networks(self.transfer_to)
+        except ValueError as exc:
+            raise ConfigError(f"--transfer-to {exc}") from None
+        if self.notify and not self.transfer_to:
+            raise ConfigError("--notify needs --transfer-to (the secondaries must be allowed to transfer)")
+        if self.tsig_key_file is not None:
+            if not self.transfer_to:
+                raise ConfigError("--tsig-key-file needs --transfer-to (who may transfer): without it transfers are off")
+            try:
+                load_key(self.tsig_key_file)
+            except KeyFileError as exc:
+                raise ConfigError(f"--tsig-key-file {exc}") from None
 
     @property
     def uses_api(self) -> bool:

@@ -253,6 +253,17 @@ class Metrics(Collector):
         self.max_concurrent_rejects = 0
         self.mismatched: dict[str, int] = dict.fromkeys(MISMATCH_REASONS, 0)  # upstream replies dropped, by reason
         self.panics = Counter("coredns_panics_total", "A metrics that counts the number of panics.", registry=registry)
+        self.transfers = Counter(
+            "mcsdns_transfers_total",
+            "Zone transfer requests (--transfer-to) by type (axfr, ixfr, query: a TSIG-signed query) and result: axfr, "
+            "fallback_axfr (an IXFR answered with the whole zone), current (SOA alone), udp_soa, refused (address), "
+            "unsigned, badkey, badsig, badtime, class, notauth, not_synced, udp (AXFR over UDP), formerr, busy, changing (the "
+            "table changed during every packing of the zone: SERVFAIL).",
+            ["type", "result"], registry=registry)
+        self.notifies = Counter(
+            "mcsdns_notify_total",
+            "NOTIFY messages (--notify) by result: sent (each try), acknowledged, error (answered with an error "
+            "rcode), failed (no answer after every retry).", ["result"], registry=registry)
         self.programming = Histogram(
             "coredns_kubernetes_dns_programming_duration_seconds",
             "Histogram of the time (in seconds) it took to program a dns instance.",
@@ -404,6 +415,14 @@ class Metrics(Collector):
 
     def healthcheck_failed(self, to: str) -> None:
         self.healthcheck_failures[to] += 1
+
+    def transfer(self, kind: str, result: str) -> None:
+        """One zone transfer request and what it got (transfer.Transfers)."""
+        self.transfers.labels(kind, result).inc()
+
+    def notified(self, result: str) -> None:
+        """One NOTIFY sent, or how one ended (notify.Notifier)."""
+        self.notifies.labels(result).inc()
 
     def panic(self) -> None:
         """A bug surfaced on the query path (CoreDNS counts recovered panics)."""

@@ -214,6 +214,26 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         doc="also answer DNS-SD browsing (RFC 6763) over the imports "
         "([What is imported here?](operate.md#what-is-imported-here))", shown_default="off"),
     Option(
+        "--transfer-to", "transfer_to", DNS, metavar="CIDR", repeatable=True,
+        help="allow zone transfers (AXFR, IXFR) of the served zones to clients in this network (repeatable; an address "
+        "alone is its /32 or /128). The transfer holds exactly the records the query path answers, per-endpoint "
+        "names included. Default none: every transfer REFUSED, as CoreDNS without its `transfer` plugin",
+        doc="allow AXFR/IXFR from this network (repeatable): the records the query path answers "
+        "([zone transfers](transfers.md))", shown_default="none: REFUSED"),
+    Option(
+        "--tsig-key-file", "tsig_key_file", DNS, metavar="PATH", parse=Path,
+        help="TSIG key (RFC 8945) as one line name:algorithm:base64secret (hmac-sha256 and up); transfer requests must "
+        "be signed with it (unsigned: REFUSED) and every reply message is signed. Needs --transfer-to",
+        doc="TSIG key `name:algorithm:base64secret`: transfers must be signed with it; needs `--transfer-to`",
+        shown_default="none"),
+    Option(
+        "--notify", "notify", DNS, metavar="HOST:PORT", parse=hostport(53), repeatable=True,
+        help="send this secondary a NOTIFY (RFC 1996) after every change, so it transfers the zone at once "
+        "(repeatable; coalesced over 50 ms, at most 4 rounds a second, retried 5 times; signed with the TSIG key). "
+        "Needs --transfer-to",
+        doc="secondary sent NOTIFY after every change (repeatable; coalesced, retried, rate-capped); needs "
+        "`--transfer-to`", shown_default="none"),
+    Option(
         "--max-tcp-connections", "max_tcp_connections", DNS, metavar="N", parse=integer,
         help="open DNS-over-TCP connections at once; a new one over it is still accepted, and the connection "
         "longest without a complete query is closed to make room (lowered to fit the open-file limit)",

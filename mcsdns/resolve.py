@@ -37,6 +37,7 @@ import struct
 from array import array
 from dataclasses import dataclass
 from random import getrandbits as _coin  # `resolve`: which of two notes a third replaces
+from typing import Any
 
 from . import compile as zone
 from . import vocab
@@ -136,6 +137,7 @@ class Resolver:
     def __init__(self, table: Table, forwarding: bool = False) -> None:
         self.table = table
         self.forwarding = forwarding
+        self.transfers: Any = None  # --transfer-to: transfer.Transfers, for AXFR/IXFR and signed queries over UDP
         self._generation = table.generation
         self._synced = table.synced  # as of this generation: syncing compiles everything, a new generation
         # The caches keep what a hit returns in two dicts under one key: the reply's bytes (or pieces) apart
@@ -392,6 +394,9 @@ class Resolver:
     def _parsed(self, data: bytes, tcp: bool) -> tuple[bytes | Forward | None, Query | None]:
         """`_handle` for what no lane answers: the full parse, then the compiled answers, the negative
         cache, or the zone logic."""
+        if self.transfers is not None and not tcp and self.transfers.handles(data):
+            # Zone transfers (transfer.py): no parsed query goes back, so no cache keeps the reply.
+            return self.transfers.over_udp(data, lambda unsigned: self._handle(unsigned, False)[0]), None
         try:
             q = parse_query(data)
         except (Malformed, struct.error):

@@ -114,6 +114,7 @@ class Table:
         self.on_programmed: Callable[[ServiceKey, str | None, bool], None] | None = None
         # mcsdns_programming_duration_seconds: (kind, API change time text) of each change now served.
         self.on_stamped: Callable[[str, str], None] | None = None
+        self.on_bump: Callable[[], None] | None = None  # --notify: the serial changed (notify.Notifier)
         self.local = self._local_cluster()
         # --reverse-cidr: the reverse zones (wire form), the PTR index, and the forward zones PTRs name.
         networks = reverse.zone_networks(config.reverse_cidrs) if config.reverse_cidrs else []
@@ -288,6 +289,8 @@ class Table:
         self._soa.clear()
         # The apex SOA answer carries the serial in its body.
         self._compile_apex()
+        if self.on_bump is not None:
+            self.on_bump()
 
     def set_serial(self, serial: int) -> None:
         """Take another table's SOA serial (a --workers worker takes its supervisor's); a new

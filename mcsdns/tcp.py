@@ -40,12 +40,9 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from .querylog import errors
-
-if TYPE_CHECKING:
-    from .transport import DnsServer, Listener
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +80,12 @@ NOT_READING = "not_reading"  # replies backed up unread until the idle timeout: 
 MAX_QUERIES = "max_queries"  # --tcp-max-queries answered
 GARBAGE = "garbage"  # a frame too short to hold a DNS header
 CLOSE_REASONS = (EVICTED, PER_SOURCE, FIRST_QUERY, IDLE, NOT_READING, MAX_QUERIES, GARBAGE)
+
+
+class Answerer(Protocol):
+    """What answers the queries read here (transport.DnsServer: the resolver, forwarding, zone transfers)."""
+
+    def answer_tcp(self, conn: "Connection", data: bytes) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -125,11 +128,11 @@ class Connection(asyncio.Protocol):
     6.2.1.1: forwarded answers may be overtaken by later local ones)."""
 
     __slots__ = ("pool", "where", "transport", "peer", "host", "buf", "since", "queries", "owed", "paused",
-                 "queued", "done")
+                 "queued", "held", "drained", "done")
 
-    def __init__(self, pool: "Connections", where: "Listener") -> None:
+    def __init__(self, pool: "Connections", where: Any) -> None:
         self.pool = pool
-        self.where = where
+        self.where = where  # the transport's Listener (the metrics' server, proto and family labels)
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
         self.host: str = ""
@@ -139,6 +142,8 @@ class Connection(asyncio.Protocol):
         self.owed = 0  # forwarded queries not answered yet
         self.paused = False  # the write buffer is over its high-water mark: no queries are read
         self.queued = False  # waiting in a turn queue (and not reading meanwhile, so its buffer stays bounded)
+        self.held = False  # a zone transfer is being written: no other query is read until it ends
+        self.drained: asyncio.Future | None = None  # a transfer waiting for the client to read (Stream.drain)
         self.done = False  # no more queries are read (limit, garbage, end of stream, deadline, eviction)
 
     # ----------------------------------------------------------------- asyncio callbacks
@@ -161,6 +166,8 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.done = True
         self.pool.lost(self)
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_exception(ConnectionResetError("the connection was closed"))
 
     def data_received(self, data: bytes) -> None:
         if not self.done:
@@ -184,7 +191,9 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        if not self.done and not self.queued:
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+        if not self.done and not self.queued and not self.held:
             self._after_turn()
 
     # ----------------------------------------------------------------- queries
@@ -202,7 +211,7 @@ class Connection(asyncio.Protocol):
         pool = self.pool
         max_queries = pool.limits.max_queries
         served = 0
-        while served < limit and not self.paused and not self.done and len(buf) - at >= 2:
+        while served < limit and not self.paused and not self.held and not self.done and len(buf) - at >= 2:
             (length,) = U16.unpack_from(buf, at)
             end = at + 2 + length
             if len(buf) < end:
@@ -219,7 +228,7 @@ class Connection(asyncio.Protocol):
                 self.finish(MAX_QUERIES)
         if at:
             del buf[:at]
-        if not self.done and not self.paused:
+        if not self.done and not self.paused and not self.held:
             self._after_turn()
         return served
 
@@ -235,8 +244,26 @@ class Connection(asyncio.Protocol):
         if transport is not None and not transport.is_closing():
             transport.write(U16.pack(len(reply)) + reply)
 
-    def answered_forward(self) -> None:
-        """A forwarded answer was written (or given up on): close after the last one owed once finishing."""
+    def hold(self) -> None:
+        """Read no queries until `release` (a zone transfer's messages go out one response at a time)."""
+        self.held = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.pool.hold(self)
+
+    def release(self) -> None:
+        self.held = False
+        if not self.done:
+            self.pool.release(self)
+            if not self.paused and not self.queued:
+                self._after_turn()
+
+    def stream(self) -> "Stream":
+        return Stream(self)
+
+    def settled(self) -> None:
+        """An owed answer (forwarded, or a transfer) was written or given up on: close after the last one
+        owed once finishing."""
         self.owed -= 1
         if self.done and not self.owed and self.transport is not None:
             self.transport.close()
@@ -265,10 +292,36 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+class Stream:
+    """A connection as transfer.py writes to it: asyncio.StreamWriter's `write` (framed messages) and
+    `drain`, which waits while the client's reads lag (transfer.py bounds each wait by the idle timeout)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def write(self, framed: bytes) -> None:
+        transport = self.conn.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(framed)
+
+    async def drain(self) -> None:
+        conn = self.conn
+        if conn.transport is None or conn.transport.is_closing():
+            raise ConnectionResetError("the connection was closed")
+        if conn.paused:
+            conn.drained = asyncio.get_running_loop().create_future()
+            try:
+                await conn.drained
+            finally:
+                conn.drained = None
+
+
 class Connections:
     """The open connections of one server's TCP listeners, in deadline order, and their policy."""
 
-    def __init__(self, server: "DnsServer", limits: TcpLimits) -> None:
+    def __init__(self, server: Answerer, limits: TcpLimits) -> None:
         self.server = server
         self.limits = limits
         # Dict order is deadline order. `waiting`: by accept time (no complete query yet); `active`: by
@@ -277,6 +330,9 @@ class Connections:
         self.waiting: dict[Connection, None] = {}
         self.active: dict[Connection, None] = {}
         self.closing: dict[Connection, float] = {}
+        # Writing a zone transfer: out of the deadline order (transfer.py times each message out itself),
+        # never evicted (transfer.py runs at most MAX_TRANSFERS at once), back in `active` when it ends.
+        self.transferring: dict[Connection, None] = {}
         self.by_source: dict[str, dict[Connection, None]] = {}  # reading connections per address, with a cap
         self.light: deque[Connection] = deque()  # connections with queries waiting for a turn (see TURN_BUDGET)
         self.heavy: deque[Connection] = deque()
@@ -284,12 +340,12 @@ class Connections:
         self.closed: dict[str, int] = dict.fromkeys(CLOSE_REASONS, 0)
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def factory(self, where: "Listener") -> Callable[[], Connection]:
+    def factory(self, where: Any) -> Callable[[], Connection]:
         return lambda: Connection(self, where)
 
     def __len__(self) -> int:
         """Connections open (every one holds a descriptor, so every one counts against the cap)."""
-        return len(self.waiting) + len(self.active) + len(self.closing)
+        return len(self.waiting) + len(self.active) + len(self.closing) + len(self.transferring)
 
     def admit(self, conn: Connection) -> None:
         """Make room if the table (or the source) is full, then take the new connection."""
@@ -300,19 +356,22 @@ class Connections:
                 next(iter(mine)).abort(PER_SOURCE)
             self.by_source.setdefault(conn.host, {})[conn] = None
         while len(self) >= limits.max_connections:
-            self._oldest().abort(EVICTED)
+            victim = self._oldest()
+            if victim is None:
+                break  # only transfers are open (transfer.py bounds how many): admitted over the cap
+            victim.abort(EVICTED)
         self.waiting[conn] = None
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().call_later(self._period(), self._sweep)
 
-    def _oldest(self) -> Connection:
+    def _oldest(self) -> Connection | None:
         """Who makes room: one already closing, else the one longest without a complete query."""
         if self.closing:
             return next(iter(self.closing))
         first = next(iter(self.waiting), None)
         idlest = next(iter(self.active), None)
         if first is None or (idlest is not None and idlest.since < first.since):
-            return idlest  # type: ignore[return-value]
+            return idlest
         return first
 
     def queue_turn(self, conn: Connection, light: bool) -> None:
@@ -337,6 +396,18 @@ class Connections:
         if (self.light or self.heavy) and self._turns is None:  # (a turn taken may have queued the next round)
             self._turns = asyncio.get_running_loop().call_soon(self._take_turns)
 
+    def hold(self, conn: Connection) -> None:
+        self._unlist(conn)
+        self.transferring[conn] = None
+
+    def release(self, conn: Connection) -> None:
+        """The transfer ended: the connection is active again, as if it had just asked."""
+        del self.transferring[conn]
+        conn.since = time.monotonic()
+        self.active[conn] = None
+        if self.limits.max_per_source:
+            self.by_source.setdefault(conn.host, {})[conn] = None
+
     def progressed(self, conn: Connection) -> None:
         """`conn` completed a query: to the end of the deadline order."""
         if conn in self.waiting:
@@ -359,8 +430,10 @@ class Connections:
     def _unlist(self, conn: Connection) -> None:
         if conn in self.waiting:
             del self.waiting[conn]
+        elif conn in self.active:
+            del self.active[conn]
         else:
-            self.active.pop(conn, None)
+            self.transferring.pop(conn, None)
         if self.by_source:
             mine = self.by_source.get(conn.host)
             if mine is not None:
@@ -422,11 +495,12 @@ class Connections:
         self._sweeper = self._turns = None
         self.light.clear()
         self.heavy.clear()
-        for conn in [*self.waiting, *self.active, *self.closing]:
+        for conn in [*self.waiting, *self.active, *self.closing, *self.transferring]:
             conn.done = True
             if conn.transport is not None:
                 conn.transport.close()
         self.waiting.clear()
         self.active.clear()
         self.closing.clear()
+        self.transferring.clear()
         self.by_source.clear()

@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Protocol
 from . import mmsg
 from .querylog import errors
 from .resolve import Forward, LocalReply, Resolver, forward_failed, not_forwarding
-from .tcp import BACKLOG, Connection, Connections, TcpLimits
+from .tcp import BACKLOG, NOT_READING, Connection, Connections, TcpLimits
 from .vocab import FORMERR  # noqa: F401 (re-exported, as before)
 from .wire import Query
 
@@ -92,6 +92,7 @@ class DnsServer:
         self._inflight: set[asyncio.Task] = set()
         self.addresses: list[tuple[str, int]] = []
         self.on_panic: Callable[[], None] | None = None  # metrics: coredns_panics_total
+        self.transfers: Any = None  # --transfer-to: transfer.Transfers, which answers AXFR/IXFR and signed queries
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -317,6 +318,11 @@ class DnsServer:
     def answer_tcp(self, conn: Connection, data: bytes) -> bool:
         """Answer one query read from a TCP connection (a forwarded one later); False for a frame too
         short to hold a header, after which the connection reads no more."""
+        if self.transfers is not None and self.transfers.handles(data):  # zone transfers: transfer.py
+            conn.owed += 1
+            conn.hold()  # one transfer at a time per connection, its messages not interleaved with others
+            self._spawn(self._transfer_tcp(conn, data))
+            return True
         started = time.perf_counter() if self.observe else 0.0
         try:
             reply, q = self.resolver.resolve(data, True)
@@ -340,7 +346,19 @@ class DnsServer:
             if self.observe:
                 self.observe(conn.where, conn.peer, data, fwd.query, reply, started, True)
         finally:
-            conn.answered_forward()
+            conn.settled()
+
+    async def _transfer_tcp(self, conn: Connection, data: bytes) -> None:
+        """A transfer's messages (or a signed reply), written under the connection's flow control; the
+        connection reads its next query after the last one."""
+        try:
+            await self.transfers.serve_tcp(data, conn.peer, conn.stream(), self.tcp.limits.idle_timeout,
+                                           lambda signed: self.resolver.resolve(signed, True)[0])
+        except (ConnectionError, asyncio.TimeoutError):
+            conn.abort(NOT_READING)  # nobody reads: drop what is buffered and free the socket now
+        finally:
+            conn.settled()
+            conn.release()
 
 
 def _fmt(host: str, port: int) -> str:

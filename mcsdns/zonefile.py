@@ -16,7 +16,8 @@ ClusterSetIP import without IPs is NODATA in mcsdns and absent here; TXT on
 an empty non-terminal (`svc.<zone>`, `<ns>.svc.<zone>`) is NXDOMAIN in mcsdns
 (a CoreDNS quirk) and NODATA in a zone file server; names mcsdns answers
 whatever their spelling (`_._tcp.<svc>...`) appear only in canonical form.
-The SOA serial is the table's; zone transfers are not served by mcsdns.
+The SOA serial is the table's. A zone transfer (`--transfer-to`, transfer.py) holds
+exactly `zone_records`, so a secondary has the records of this file.
 """
 
 from __future__ import annotations

@@ -169,6 +169,19 @@ def cached_binary(name: str) -> Path:
     return path
 
 
+def with_component(component: str, tmp: Path) -> list[dict]:
+    """deploy/base with deploy/components/<component>, as the real `kubectl kustomize` renders them."""
+    root = tmp / f"overlay-{component}"
+    root.mkdir()
+    rel = os.path.relpath(DEPLOY, root)
+    (root / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"{rel}/base"], "components": [f"{rel}/components/{component}"]}))
+    out = subprocess.run([str(cached_binary("kubectl")), "kustomize", str(root)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
 class Kubectl:
     """The real kubectl (with its kustomize) against the testbed, admin credentials."""
 

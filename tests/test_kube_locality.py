@@ -10,8 +10,6 @@ schema); the property is written at v1alpha1 and changed while the server runs.
 from __future__ import annotations
 
 import datetime
-import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,8 @@ import pytest
 import yaml
 
 from kube_server import CLUSTER_ROLE_RULES, ES_API, MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
-from testsupport.serverproc import FIXTURES, ROOT
+from test_deploy import with_component
+from testsupport.serverproc import FIXTURES
 from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
@@ -56,15 +55,7 @@ def set_cluster_id(testbed: Testbed, value: str) -> None:
 
 def component_rules(testbin: Path, tmp_path: Path) -> list[dict]:
     """The ClusterRole rules of deploy/base with the local-cluster-auto component, as kubectl renders them."""
-    root = tmp_path / "overlay"
-    root.mkdir()
-    rel = os.path.relpath(ROOT / "deploy", root)
-    (root / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [f"{rel}/base"], "components": [f"{rel}/components/local-cluster-auto"]}))
-    out = subprocess.run([str(testbin / "bin" / "kubectl"), "kustomize", str(root)],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
-    (role,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterRole"]
+    (role,) = [d for d in with_component("local-cluster-auto", tmp_path) if d["kind"] == "ClusterRole"]
     return role["rules"]
 
 

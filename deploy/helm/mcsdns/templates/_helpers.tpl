@@ -49,4 +49,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- range .Values.flags }}
 {{ . | replace "'" "'\"'\"'" | squote }}
 {{- end }}
+{{- if .Values.transfers.tsigSecret }}
+--tsig-key-file=/etc/mcsdns-tsig/tsig.key
+{{- end }}
 {{- end -}}

@@ -1,0 +1,151 @@
+"""What an AXFR of the benchmark's cluster set costs (prints figures; --out stores them as JSON).
+
+For each size, mcsdns serves the data set (dataset.Spec: ClusterSetIP imports with 10 endpoints
+each, and the two headless imports) from manifests with `--transfer-to 127.0.0.1`, and one client
+reads the zone over TCP: the first transfer (which packs the zone's messages) and a second one of
+the same serial (the packed messages reused), each read by kdig and timed from its start to its exit, with
+the bytes, messages and records. A UDP query is timed every 10 ms during the first transfer (the
+packing), idle, and while 20 clients transfer at once (at most 16 are served at once: the others are
+REFUSED, as a secondary retries): p50, p99 and the longest a query waited.
+
+usage: python -m benchmarks.transfer_cost [--sizes 1000,10000] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import dns.exception
+import dns.message
+import dns.query
+
+from testsupport.serverproc import Server
+
+from . import dataset
+from .servers import tool_path
+
+ZONE = "clusterset.local."
+LOST = 5.0  # what an unanswered query counts as (its timeout)
+
+
+def axfr(port: int) -> dict[str, Any]:
+    """One AXFR read to the end by kdig (a C client, so the Python query timer does not compete with
+    it for the GIL): seconds, bytes, messages, records as kdig counts them."""
+    started = time.perf_counter()
+    proc = subprocess.run([tool_path("kdig"), "-p", str(port), "@127.0.0.1", ZONE, "AXFR", "+noall", "+stats",
+                           "+time=300"],
+                          capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - started
+    got = re.search(r"Received (\d+) B \((\d+) messages, (\d+) records\)", proc.stdout)
+    if proc.returncode != 0 or got is None:
+        raise RuntimeError(f"kdig failed: {proc.stdout}{proc.stderr}")
+    return {"seconds": round(seconds, 4), "bytes": int(got[1]), "messages": int(got[2]), "records": int(got[3])}
+
+
+def query_latencies(port: int, stop: threading.Event, out: list[float]) -> None:
+    """Time one UDP query every 10 ms until `stop`; a query unanswered in 5 s counts as 5 s (and as lost)."""
+    query = dns.message.make_query(f"svc-7.{dataset.Spec().namespace(7)}.svc.{ZONE}", "A")
+    while not stop.is_set():
+        started = time.perf_counter()
+        try:
+            dns.query.udp(query, "127.0.0.1", port=port, timeout=5)
+        except dns.exception.Timeout:
+            out.append(LOST)
+            continue
+        out.append(time.perf_counter() - started)
+        time.sleep(0.01)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else float("nan")
+
+
+def measure(size: int, work: Path) -> dict[str, Any]:
+    manifests = dataset.write_manifests(dataset.Spec(imports=size), work / f"set-{size}.json")
+    with Server("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--ns-address", "127.0.0.1") as server:
+        packing: list[float] = []
+        stop = threading.Event()
+        thread = threading.Thread(target=query_latencies, args=(server.dns_port, stop, packing), daemon=True)
+        thread.start()
+        first = axfr(server.dns_port)
+        stop.set()
+        thread.join()
+        second = axfr(server.dns_port)
+        quiet: list[float] = []
+        stop = threading.Event()
+        thread = threading.Thread(target=query_latencies, args=(server.dns_port, stop, quiet), daemon=True)
+        thread.start()
+        time.sleep(1.0)
+        stop.set()
+        thread.join()
+        busy: list[float] = []
+        stop = threading.Event()
+        thread = threading.Thread(target=query_latencies, args=(server.dns_port, stop, busy), daemon=True)
+        thread.start()
+        results: list[Any] = []
+        failed: list[str] = []
+
+        def client() -> None:
+            try:
+                results.append(axfr(server.dns_port))
+            except RuntimeError as exc:  # e.g. REFUSED beyond MAX_TRANSFERS at once: a secondary retries
+                failed.append(str(exc).strip().splitlines()[-1])
+
+        clients = [threading.Thread(target=client) for _ in range(20)]
+        started = time.perf_counter()
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join()
+        twenty = time.perf_counter() - started
+        stop.set()
+        thread.join()
+    ms = 1000.0
+    return {
+        "imports": size, "first_axfr": first, "second_axfr": second,
+        "twenty_at_once": {"seconds": round(twenty, 3), "completed": len(results), "failed": failed},
+        "query_ms_during_first": {"p50": round(statistics.median(packing) * ms, 2),
+                                  "p99": round(percentile(packing, 0.99) * ms, 2), "max": round(max(packing) * ms, 2),
+                                  "lost": packing.count(LOST)},
+        "query_ms_before": {"p50": round(statistics.median(quiet) * ms, 2), "p99": round(percentile(quiet, 0.99) * ms, 2)},
+        "query_ms_during": {"p50": round(statistics.median(busy) * ms, 2), "p99": round(percentile(busy, 0.99) * ms, 2),
+                            "max": round(max(busy) * ms, 2), "queries": len(busy), "lost": busy.count(LOST)},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.transfer_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000", help="ClusterSetIP imports per run, comma-separated")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
+    args = parser.parse_args(argv)
+    figures = []
+    with tempfile.TemporaryDirectory(prefix="transfer-cost-") as tmp:
+        for size in (int(s) for s in args.sizes.split(",")):
+            got = measure(size, Path(tmp))
+            figures.append(got)
+            print(f"{size} imports: AXFR {got['first_axfr']['records']} records, {got['first_axfr']['bytes']} bytes in "
+                  f"{got['first_axfr']['messages']} messages; first {got['first_axfr']['seconds']} s (packs), "
+                  f"second {got['second_axfr']['seconds']} s; 20 at once {got['twenty_at_once']['seconds']} s "
+                  f"({got['twenty_at_once']['completed']} complete, failed: {got['twenty_at_once']['failed']}); "
+                  f"query ms p50/p99/max during the first {got['query_ms_during_first']['p50']}/"
+                  f"{got['query_ms_during_first']['p99']}/{got['query_ms_during_first']['max']}, idle {got['query_ms_before']['p50']}/{got['query_ms_before']['p99']}, during "
+                  f"{got['query_ms_during']['p50']}/{got['query_ms_during']['p99']} (max {got['query_ms_during']['max']}) "
+                  "with 20 at once")
+    if args.out:
+        args.out.write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""NOTIFY (RFC 1996): tell the `--notify` secondaries that the zone changed, so they transfer it now.
+
+The table calls `Notifier.changed` on every new serial. The notifier waits WINDOW for
+more changes (a sync or a rollout is many changes in a row), then sends each target one
+NOTIFY per served zone with the new SOA in the answer section (Knot ignores a NOTIFY whose
+serial it already has), signed with the TSIG key if there is one. A target that does not
+answer is asked again after 1, 2, 4, 8 and 16 seconds, then given up on (counted failed;
+the SOA refresh timer remains its fallback). A reply with an error rcode is final (a
+secondary that refuses us will refuse again). A newer change cancels the retries of the
+older one: only the newest serial is worth announcing. Rounds start at most every
+MIN_INTERVAL, so a storm of changes costs each target at most 1/MIN_INTERVAL NOTIFY a second,
+and their sockets nothing on the query path (each NOTIFY has its own socket, its own task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+import struct
+from typing import Callable
+
+import dns.exception
+import dns.message
+import dns.rcode
+import dns.tsig
+
+from . import vocab
+from .transfer import Transfers, sign_request
+
+log = logging.getLogger(__name__)
+
+WINDOW = 0.05  # seconds a change waits for more before the NOTIFY goes out
+MIN_INTERVAL = 0.25  # seconds between two rounds of NOTIFY
+RETRIES = (1.0, 2.0, 4.0, 8.0, 16.0)  # waits for an answer before each retry; then failed
+OPCODE_NOTIFY = 4
+
+
+class Notifier:
+    def __init__(self, transfers: Transfers, targets: tuple[tuple[str, int], ...],
+                 on_result: Callable[[str], None] | None = None) -> None:
+        self.transfers = transfers
+        self.targets = targets
+        self.on_result = on_result  # metrics: "sent", "acknowledged", "failed", "error"
+        self._changed = asyncio.Event()
+        self._round: list[asyncio.Task] = []
+
+    def changed(self) -> None:
+        """The table has a new serial (Table.on_bump)."""
+        self._changed.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Send a round after each burst of changes until `stop`."""
+        try:
+            while not stop.is_set():
+                await self._changed.wait()
+                await asyncio.sleep(WINDOW)
+                self._changed.clear()  # the changes of the window go out in this round
+                if not self.transfers.table.synced:
+                    continue
+                for task in self._round:
+                    task.cancel()  # an older serial: not worth announcing any more
+                self._round = [asyncio.create_task(self._notify(target, lname))
+                               for target in self.targets for lname in self.transfers.zones]
+                await asyncio.sleep(MIN_INTERVAL)
+        finally:
+            for task in self._round:
+                task.cancel()
+
+    async def _notify(self, target: tuple[str, int], lname: bytes) -> None:
+        host, port = target
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        message = bytearray(self.transfers.soa_message(lname))
+        qid = random.getrandbits(16)
+        struct.pack_into(">HH", message, 0, qid, (OPCODE_NOTIFY << 11) | 0x0400)  # opcode NOTIFY, AA
+        at = 12 + len(lname)
+        struct.pack_into(">H", message, at, vocab.SOA)  # the question `zone SOA IN` (RFC 1996 3.7)
+        wire, mac = bytes(message), b""
+        key = self.transfers.key
+        loop = asyncio.get_running_loop()
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            for wait in RETRIES:
+                if key is not None:
+                    wire, mac = sign_request(bytes(message), key)  # signed anew: the time must be fresh
+                try:
+                    await loop.sock_sendto(sock, wire, (host, port))
+                except OSError as exc:
+                    log.debug("NOTIFY to %s:%d: %s", host, port, exc)
+                    await asyncio.sleep(wait)
+                    continue
+                self._count("sent")
+                reply = await self._reply(loop, sock, qid, wait, mac)
+                if reply is None:
+                    continue
+                if reply.rcode() == dns.rcode.NOERROR:
+                    self._count("acknowledged")
+                else:
+                    self._count("error")
+                    log.warning("NOTIFY to %s:%d answered %s", host, port, dns.rcode.to_text(reply.rcode()))
+                return
+        self._count("failed")
+        log.warning("NOTIFY to %s:%d: no answer after %d tries", host, port, len(RETRIES))
+
+    async def _reply(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, qid: int, wait: float,
+                     mac: bytes) -> dns.message.Message | None:
+        """The answer to our NOTIFY within `wait` seconds (others on the socket ignored), else None."""
+        deadline = loop.time() + wait
+        key = self.transfers.key
+        keyring = {key.name: key} if key is not None else None
+        while (left := deadline - loop.time()) > 0:
+            try:
+                data, _ = await asyncio.wait_for(loop.sock_recvfrom(sock, 65535), left)
+            except (asyncio.TimeoutError, OSError):
+                return None
+            try:
+                reply = dns.message.from_wire(data, keyring=keyring, request_mac=mac)
+            except (dns.exception.DNSException, dns.tsig.PeerError) as exc:
+                log.debug("NOTIFY reply not accepted: %s", exc)
+                continue
+            if reply.id == qid and reply.flags & 0x8000 and reply.opcode() == OPCODE_NOTIFY:
+                return reply
+        return None
+
+    def _count(self, result: str) -> None:
+        if self.on_result is not None:
+            self.on_result(result)

@@ -1,0 +1,524 @@
+"""Zone transfers (contract decision 8): AXFR (RFC 5936), IXFR (RFC 1995) and TSIG (RFC 8945).
+
+Off unless `--transfer-to` names who may transfer: then `Transfers` answers every
+AXFR and IXFR question for a served zone, and every query signed with TSIG (a
+secondary signs its SOA refresh queries too, and rejects an unsigned reply).
+Everything else stays the resolver's.
+
+What a transfer holds is `zonefile.zone_records`: the records `mcsdns zone`
+prints, built from the same compiled service answers the query path serves
+(`compile.compile_service`, per-endpoint names with their cluster id), so a
+secondary answers what mcsdns answers. The messages of one zone and one table
+generation are packed once and kept (`_Packed`): twenty secondaries asking at
+once cost one build, and a transfer is one serial's records even if the table
+changes while it is written. Packing yields to the event loop as it goes (queries
+are answered meanwhile) and starts again if the table changes under it. Per
+request only the ID, the flags, the question (as the client spelled it) and the
+TSIG record differ.
+
+The decisions, in the order they are taken (`Transfers.decide`):
+
+1. the client's address is not in `--transfer-to`: REFUSED (unsigned);
+2. `--tsig-key-file` is set and the request is unsigned: REFUSED. A request
+   signed with another key or algorithm: NOTAUTH with TSIG error BADKEY, a MAC
+   that does not verify: NOTAUTH with BADSIG (both unsigned, RFC 8945 5.2);
+   a MAC that verifies but a time outside its fudge: NOTAUTH with BADTIME,
+   signed, our time in the other data (5.2.3). Without a key configured, a
+   signed request is BADKEY;
+3. class not IN: REFUSED (as the query path refuses other classes); the name is
+   not the apex of a served forward zone: NOTAUTH; not synced yet: SERVFAIL (a
+   transfer before the initial list would hand out a partial zone);
+4. AXFR over UDP: NOTIMP (RFC 5936 4.2 defines none; Knot answers the same);
+   IXFR whose authority section is not one SOA of the zone: FORMERR;
+5. IXFR over UDP, or from a client at our serial: our SOA alone (RFC 1995 2, 4);
+   any other IXFR: the whole zone in AXFR form (there is no journal yet, so every
+   older, unknown or newer serial falls back, as RFC 1995 4 allows);
+6. AXFR over TCP: the SOA, every record, the SOA again, in messages of at most
+   16 KiB (PACK_LIMIT), the question in the first only, each signed when the request was
+   (RFC 8945 5.3.1: every message, the digest chained).
+
+UDP has no client address in the resolver, so over UDP step 1 is skipped: the
+answers there are our SOA or an error, which any SOA query shows anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import struct
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import dns.exception
+import dns.name
+import dns.rdata
+import dns.rdataclass
+import dns.rdatatype
+import dns.rdtypes.ANY.TSIG
+import dns.tsig
+from dnslib import DNSBuffer, DNSLabel
+
+from . import vocab
+from .table import Table
+from .wire import AA, HEADER, QR, RD, U16
+from .zonefile import zone_records
+
+if TYPE_CHECKING:
+    from .tcp import Stream  # the connection a transfer writes to (write + drain)
+
+log = logging.getLogger(__name__)
+
+TSIG = 250
+_TSIG_FIXED = b"\x00\xfa\x00\xff\x00\x00\x00\x00"  # a TSIG record's type, class (ANY) and TTL (0)
+NOTAUTH = 9
+BADSIG, BADKEY, BADTIME = 16, 17, 18
+FUDGE = 300  # seconds of clock difference a signed request may have (RFC 8945 10: 300 recommended)
+_RECORD_MAX = 600  # the longest record we write: SRV with a 255-byte target and owner, plus fixed fields
+# A message takes no record once it is this long: every name then sits below offset 16384, where a
+# compression pointer (14 bits) can reach it (dnslib's buffer would write a wrong pointer past it).
+# Signed (a TSIG record is < 400 bytes) that is well inside RFC 5936's 64 KiB; a 50k-import zone
+# is then a few hundred messages.
+PACK_LIMIT = 16384 - _RECORD_MAX
+PACK_SLICE = 500  # records packed between two yields to the event loop (~25 ms)
+PACK_TRIES = 3  # the table changed while packing this many times in a row: SERVFAIL, the secondary retries
+MAX_TRANSFERS = 16  # AXFR/IXFR answered at once; more are REFUSED and retried by the secondary
+
+
+@dataclass(slots=True)
+class Request:
+    """What `decide` read from a request: its header and question, and its TSIG record if any."""
+
+    data: bytes  # as received
+    qid: int
+    flags: int
+    qend: int  # where the question ends
+    lname: bytes  # the question name, wire form, lower case
+    qtype: int
+    qclass: int
+    tsig_start: int = 0  # where the TSIG record starts (0: unsigned)
+    key_name: dns.name.Name | None = None
+    tsig: Any = None  # its rdata
+
+
+class Unreadable(Exception):
+    """Not a message we can reply to as a transfer (the resolver's rules apply)."""
+
+
+def read_request(data: bytes) -> Request:
+    """Header, question and (if last in the additional section) the TSIG record of `data`."""
+    if len(data) < 12:
+        raise Unreadable("no header")
+    qid, flags, qd, an, ns, ar = HEADER.unpack_from(data)
+    if flags & 0x8000 or flags & 0x7800 or qd != 1:
+        raise Unreadable("not a query of one question")
+    try:
+        name, used = dns.name.from_wire(data, 12)
+        at = 12 + used
+        qtype, qclass = struct.unpack_from(">HH", data, at)
+        qend = at + 4
+        req = Request(data, qid, flags, qend, name.to_wire().lower(), qtype, qclass)
+        i = qend
+        for index in range(an + ns + ar):
+            start = i
+            owner, used = dns.name.from_wire(data, i)
+            i += used
+            rtype, rclass, _ttl, rdlen = struct.unpack_from(">HHIH", data, i)
+            i += 10
+            if i + rdlen > len(data):
+                raise Unreadable("record runs past the end")
+            if rtype == TSIG:
+                if index != an + ns + ar - 1 or rclass != dns.rdataclass.ANY:
+                    raise Unreadable("TSIG not the last record")
+                req.tsig_start, req.key_name = start, owner
+                req.tsig = dns.rdata.from_wire(dns.rdataclass.ANY, TSIG, data, i, rdlen)
+            i += rdlen
+    except (dns.exception.DNSException, struct.error, IndexError, ValueError) as exc:
+        raise Unreadable(str(exc)) from None
+    return req
+
+
+def signed(data: bytes) -> bool:
+    """True when `data` ends in a TSIG record. Cheap for the queries that are not signed (every TCP query
+    and every UDP query no fast lane takes, when transfers are on): one byte search."""
+    if len(data) < 12 or not data[11] and not data[10]:
+        return False
+    if _TSIG_FIXED not in data:  # no record of type TSIG, class ANY, TTL 0 anywhere: a find in C, no parse
+        return False
+    try:
+        return read_request(data).tsig_start > 0
+    except Unreadable:
+        return False
+
+
+def _start(zone: str | None) -> DNSBuffer:
+    """A message buffer: a header to fill in, and the question `zone AXFR IN` (None: no question)."""
+    buffer = DNSBuffer()
+    buffer.append(bytes(12))
+    if zone is not None:
+        buffer.encode_name(DNSLabel(zone))
+        buffer.pack("!HH", vocab.AXFR, vocab.CLASS_IN)
+    return buffer
+
+
+def _finish(buffer: DNSBuffer, question: bool, count: int) -> bytes:
+    data = bytearray(buffer.data)
+    HEADER.pack_into(data, 0, 0, 0, 1 if question else 0, count, 0, 0)
+    return bytes(data)
+
+
+class _Packed:
+    """One zone's AXFR messages at one table generation, ID 0 and the question `zone AXFR IN` in the first.
+
+    Each message stops taking records once it passes PACK_LIMIT, so every message, signed, fits a
+    TCP message. Names are compressed within a message (dnslib's buffer), as BIND and Knot do.
+    `build` packs cooperatively: it yields to the event loop every PACK_SLICE records, so queries
+    are answered while a large zone is packed (about 50 us a record), and gives up (returns False)
+    when the table changes meanwhile: the records would mix two serials.
+    """
+
+    def __init__(self, table: Table, zone: str) -> None:
+        self.table = table
+        self.zone = zone
+        self.generation = table.generation
+        self.serial = table.serial & 0xFFFFFFFF
+        self.messages: list[bytes] = []
+
+    async def build(self) -> bool:
+        table, zone = self.table, self.zone
+        records = zone_records(table, zone, table.config.ns_addresses)
+        soa = next(records)
+        buffer, count = _start(zone), 0
+        for n, rr in enumerate(_with_last(soa, records)):
+            if count and len(buffer.data) > PACK_LIMIT:
+                self.messages.append(_finish(buffer, not self.messages, count))
+                buffer, count = _start(None), 0
+            rr.pack(buffer)
+            count += 1
+            if n % PACK_SLICE == PACK_SLICE - 1:
+                await asyncio.sleep(0)
+                if table.generation != self.generation:
+                    return False
+        self.messages.append(_finish(buffer, not self.messages, count))
+        return True
+
+
+def _with_last(soa, records):
+    """The SOA, every record, the SOA again (RFC 5936 2.2), lazily."""
+    yield soa
+    yield from records
+    yield soa
+
+
+def soa_message(table: Table, zone: str) -> bytes:
+    """The zone's SOA alone in a message (ID 0, question `zone AXFR IN`): cheap, the first record only."""
+    buffer = _start(zone)
+    next(zone_records(table, zone, table.config.ns_addresses)).pack(buffer)
+    return _finish(buffer, True, 1)
+
+
+class Transfers:
+    """The transfer policy and its messages; see the module docstring for the decisions."""
+
+    def __init__(self, table: Table, allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...],
+                 key: dns.tsig.Key | None = None, on_result: Callable[[str, str], None] | None = None) -> None:
+        self.table = table
+        self.allowed = allowed
+        self.key = key
+        self.on_result = on_result  # metrics: (type, result) of every transfer request
+        self.zones = {z: name for z, name in zip(table.zones, table.config.zones)}  # apex wire form -> name
+        self._packed: dict[bytes, _Packed] = {}
+        self._building: dict[bytes, tuple[_Packed, asyncio.Future]] = {}  # a packing under way, by zone
+        self.active = 0
+        self.clock: Callable[[], float] = time.time
+
+    # ----------------------------------------------------------------- which queries are ours
+
+    def handles(self, data: bytes) -> bool:
+        """True for an AXFR/IXFR question in a served zone, and for any signed query (see the module docstring)."""
+        if len(data) < 17 or data[2] & 0x80 or data[4:6] != b"\x00\x01":
+            return False
+        i = 12
+        n = len(data)
+        while i < n and 0 < data[i] < 64:
+            i += data[i] + 1
+        if i + 5 <= n and data[i] == 0:
+            qtype = (data[i + 1] << 8) | data[i + 2]
+            if qtype in (vocab.AXFR, vocab.IXFR):
+                return self.table.zone_of(data[12 : i + 1].lower()) is not None
+        return signed(data)
+
+    def allows(self, client: Any) -> bool:
+        """The peer address (a socket address tuple) is in --transfer-to."""
+        try:
+            address = ipaddress.ip_address(client[0].split("%")[0])
+        except (TypeError, ValueError, IndexError):
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in net for net in self.allowed)
+
+    # ----------------------------------------------------------------- serving
+
+    async def serve_tcp(self, data: bytes, client: Any, writer: "Stream", timeout: float,
+                        answer: Callable[[bytes], bytes | None]) -> None:
+        """Write the reply (one message or a transfer's many) to `writer`, each drained within `timeout`.
+
+        `answer`: the resolver for a signed query that is not a transfer (its reply is signed here).
+        """
+        if self.active >= MAX_TRANSFERS:
+            self._count(data, "busy")
+            writer.write(_framed(_error(data, vocab.REFUSED)))
+            return
+        self.active += 1
+        try:
+            for message in self.decide(data, client, True, answer):
+                if message is None:
+                    return
+                if isinstance(message, _Whole):
+                    packed = await self._pack(message.req.lname)
+                    if packed is None:  # the table kept changing: SERVFAIL, the secondary retries
+                        self._result(message.kind, "changing")
+                        refusal = _error(data, vocab.SERVFAIL, message.req)
+                        writer.write(_framed(message.ctx.sign(refusal) if message.ctx is not None else refusal))
+                        continue
+                    self._result(message.kind, message.result)
+                    for whole in packed.messages:  # signed as they go: each MAC chains to the one before
+                        writer.write(_framed(self._dress(whole, message.req, message.ctx)))
+                        await asyncio.wait_for(writer.drain(), timeout)
+                    continue
+                writer.write(_framed(message))
+                await asyncio.wait_for(writer.drain(), timeout)
+        except (ConnectionError, asyncio.TimeoutError):
+            raise  # the transport's to handle: the connection is dropped
+        except Exception:  # a bug must not take the listener down: logged, the connection closed
+            log.exception("transfer failed")
+            raise ConnectionError("transfer failed") from None
+        finally:
+            self.active -= 1
+
+    def over_udp(self, data: bytes, answer: Callable[[bytes], bytes | None]) -> bytes | None:
+        """The one reply to `data` over UDP (the resolver calls this for what `handles`)."""
+        replies = list(self.decide(data, None, False, answer))
+        return replies[0] if replies else None
+
+    def decide(self, data: bytes, client: Any, tcp: bool, answer: Callable[[bytes], bytes | None]):
+        """The reply messages to `data`, in order (a generator: a transfer's are signed as they go out)."""
+        try:
+            req = read_request(data)
+        except Unreadable:
+            yield _error(data, vocab.FORMERR) if len(data) >= 12 else None
+            return
+        kind = {vocab.AXFR: "axfr", vocab.IXFR: "ixfr"}.get(req.qtype, "query")
+        if tcp and kind != "query" and not self.allows(client):
+            self._result(kind, "refused")
+            yield _error(data, vocab.REFUSED, req)
+            return
+        ctx = Signer(self.key, req) if req.tsig_start else None
+        if ctx is not None:
+            error = ctx.verify(self.clock())
+            if error:
+                self._result(kind, {BADKEY: "badkey", BADSIG: "badsig", BADTIME: "badtime"}[error])
+                yield ctx.error_reply(error, self.clock())
+                return
+        elif self.key is not None and kind != "query":
+            self._result(kind, "unsigned")
+            yield _error(data, vocab.REFUSED, req)
+            return
+        if kind == "query":  # a signed query that is no transfer: the resolver's reply, signed
+            reply = answer(data[:10] + U16.pack(_arcount(data) - 1) + data[12 : req.tsig_start])
+            if type(reply) is not bytes:  # forwarded (the upstream has not our key) or dropped
+                reply = _error(data, vocab.REFUSED, req)
+            yield ctx.sign(reply) if ctx is not None else reply
+            return
+        yield from self._transfer(req, kind, tcp, ctx)
+
+    def _transfer(self, req: Request, kind: str, tcp: bool, ctx: "Signer | None"):
+        def fail(rcode: int, result: str):
+            self._result(kind, result)
+            reply = _error(req.data, rcode, req)
+            return ctx.sign(reply) if ctx is not None else reply
+
+        if req.qclass != vocab.CLASS_IN:
+            yield fail(vocab.REFUSED, "class")
+            return
+        zone = self.zones.get(req.lname)
+        if zone is None:
+            yield fail(NOTAUTH, "notauth")
+            return
+        if not self.table.synced:
+            yield fail(vocab.SERVFAIL, "not_synced")
+            return
+        if kind == "axfr" and not tcp:
+            yield fail(vocab.NOTIMP, "udp")
+            return
+        if kind == "ixfr":
+            client_serial = _ixfr_serial(req)
+            if client_serial is None:
+                yield fail(vocab.FORMERR, "formerr")
+                return
+            serial = self.table.serial & 0xFFFFFFFF
+            if not tcp or client_serial == serial:
+                self._result(kind, "current" if client_serial == serial else "udp_soa")
+                yield self._dress(self.soa_message(req.lname), req, ctx)
+                return
+        # The whole zone: packed (or its packing awaited) by serve_tcp, then dressed like this.
+        yield _Whole(req, ctx, kind, "axfr" if kind == "axfr" else "fallback_axfr")
+
+    def soa_message(self, lname: bytes) -> bytes:
+        """The zone's current SOA as a one-answer message (ID 0, question `zone AXFR IN`): NOTIFY's base."""
+        return soa_message(self.table, self.zones[lname])
+
+    async def _pack(self, lname: bytes) -> _Packed | None:
+        """The zone's messages at the table's current generation: packed once, whoever asks meanwhile
+        waits for the same packing. None when the table changed during PACK_TRIES packings in a row."""
+        for _ in range(PACK_TRIES):
+            packed = self._packed.get(lname)
+            if packed is not None and packed.generation == self.table.generation:
+                return packed
+            building = self._building.get(lname)
+            if building is None or building[0].generation != self.table.generation:
+                packed = _Packed(self.table, self.zones[lname])
+                building = self._building[lname] = (packed, asyncio.ensure_future(packed.build()))
+            done = await asyncio.shield(building[1])  # one client hanging up does not stop the others' packing
+            if self._building.get(lname) is building:
+                del self._building[lname]
+            if done:
+                self._packed[lname] = building[0]
+                return building[0]
+        return None
+
+    def _dress(self, message: bytes, req: Request, ctx: "Signer | None") -> bytes:
+        """`message` with the request's ID, RD bit and question (its spelling and type) put in."""
+        out = bytearray(message)
+        U16.pack_into(out, 0, req.qid)
+        U16.pack_into(out, 2, QR | AA | (req.flags & RD))
+        if out[5]:  # the first message carries the question, the same length as the request's
+            out[12 : req.qend] = req.data[12 : req.qend]
+        return ctx.sign(bytes(out)) if ctx is not None else bytes(out)
+
+    def _result(self, kind: str, result: str) -> None:
+        if self.on_result is not None:
+            self.on_result(kind, result)
+        if result not in ("axfr", "fallback_axfr", "current", "udp_soa"):
+            log.debug("%s request: %s", kind, result)
+
+    def _count(self, data: bytes, result: str) -> None:
+        try:
+            qtype = read_request(data).qtype
+        except Unreadable:
+            return
+        self._result({vocab.AXFR: "axfr", vocab.IXFR: "ixfr"}.get(qtype, "query"), result)
+
+
+@dataclass(slots=True)
+class _Whole:
+    """`decide`'s word for "the whole zone goes here": serve_tcp packs it (awaiting) and writes it."""
+
+    req: Request
+    ctx: "Signer | None"
+    kind: str
+    result: str
+
+
+class Signer:
+    """TSIG for one request: its verification, then the signatures of the replies, chained (RFC 8945 5.3.1)."""
+
+    def __init__(self, key: dns.tsig.Key | None, req: Request) -> None:
+        self.key = key
+        self.req = req
+        self.ctx: Any = None
+        self.request_mac: bytes = req.tsig.mac
+        self.first = True
+
+    def verify(self, now: float) -> int:
+        """0 if the request's signature is good, else the TSIG error (BADKEY, BADSIG, BADTIME), in RFC 8945 5.2's order."""
+        req, key = self.req, self.key
+        if key is None or req.key_name != key.name or req.tsig.algorithm != key.algorithm:
+            return BADKEY
+        try:
+            # MAC first (5.2.2), with the time check of dnspython passed by construction: ours follows (5.2.3).
+            dns.tsig.validate(req.data, key, req.key_name, req.tsig, req.tsig.time_signed, None, req.tsig_start)
+        except (dns.tsig.BadSignature, dns.exception.FormError, dns.tsig.PeerError):
+            return BADSIG
+        if abs(req.tsig.time_signed - int(now)) > req.tsig.fudge:
+            return BADTIME
+        return 0
+
+    def sign(self, reply: bytes) -> bytes:
+        """`reply` with its TSIG record appended; every further call chains to the previous MAC."""
+        key = self.key
+        assert key is not None
+        rdata = dns.rdtypes.ANY.TSIG.TSIG(dns.rdataclass.ANY, TSIG, key.algorithm, 0, FUDGE, b"", self.req.qid, 0, b"")
+        now = int(time.time())
+        if self.first:
+            tsig, self.ctx = dns.tsig.sign(reply, key, rdata, now, self.request_mac, None, True)
+            self.first = False
+        else:
+            tsig, self.ctx = dns.tsig.sign(reply, key, rdata, now, None, self.ctx, True)
+        return _append_tsig(reply, key.name, tsig)
+
+    def error_reply(self, error: int, now: float) -> bytes:
+        """NOTAUTH with the TSIG error: BADKEY/BADSIG unsigned (an empty MAC), BADTIME signed with our time."""
+        req = self.req
+        reply = _error(req.data, NOTAUTH, req)
+        if error == BADTIME and self.key is not None:
+            other = struct.pack(">HI", (int(now) >> 32) & 0xFFFF, int(now) & 0xFFFFFFFF)
+            rdata = dns.rdtypes.ANY.TSIG.TSIG(dns.rdataclass.ANY, TSIG, req.tsig.algorithm, 0, req.tsig.fudge, b"",
+                                              req.qid, BADTIME, other)
+            # The signed time is the request's, so the client can verify it (RFC 8945 5.2.3).
+            tsig, _ = dns.tsig.sign(reply, self.key, rdata, req.tsig.time_signed, self.request_mac, None, False)
+            return _append_tsig(reply, self.key.name, tsig)
+        rdata = dns.rdtypes.ANY.TSIG.TSIG(dns.rdataclass.ANY, TSIG, req.tsig.algorithm, req.tsig.time_signed,
+                                          req.tsig.fudge, b"", req.qid, error, b"")
+        return _append_tsig(reply, req.key_name, rdata)
+
+
+def sign_request(message: bytes, key: dns.tsig.Key) -> tuple[bytes, bytes]:
+    """`message` (a request we send: NOTIFY) signed with `key` at our time; and its MAC, to verify the reply."""
+    rdata = dns.rdtypes.ANY.TSIG.TSIG(dns.rdataclass.ANY, TSIG, key.algorithm, 0, FUDGE, b"",
+                                      (message[0] << 8) | message[1], 0, b"")
+    tsig, _ = dns.tsig.sign(message, key, rdata, int(time.time()), None, None, False)
+    return _append_tsig(message, key.name, tsig), tsig.mac
+
+
+def _append_tsig(message: bytes, owner: dns.name.Name, rdata: Any) -> bytes:
+    body = rdata.to_wire()
+    record = owner.to_wire() + struct.pack(">HHIH", TSIG, dns.rdataclass.ANY, 0, len(body)) + body
+    return message[:10] + U16.pack(_arcount(message) + 1) + message[12:] + record
+
+
+def _arcount(message: bytes) -> int:
+    return (message[10] << 8) | message[11]
+
+
+def _framed(message: bytes) -> bytes:
+    return U16.pack(len(message)) + message
+
+
+def _error(data: bytes, rcode: int, req: Request | None = None) -> bytes:
+    """Header (and the question when readable) with `rcode`: no records."""
+    qid, flags = struct.unpack_from(">HH", data)
+    flags = QR | (flags & (RD | 0x7800)) | (rcode & 0xF)
+    if req is None:
+        return HEADER.pack(qid, flags, 0, 0, 0, 0)
+    return HEADER.pack(qid, flags, 1, 0, 0, 0) + data[12 : req.qend]
+
+
+def _ixfr_serial(req: Request) -> int | None:
+    """The serial of the one SOA of the zone in an IXFR's authority section (RFC 1995 3), else None."""
+    data = req.data
+    _, _, _, an, ns, _ = HEADER.unpack_from(data)
+    if an or ns != 1:
+        return None
+    try:
+        owner, used = dns.name.from_wire(data, req.qend)
+        i = req.qend + used
+        rtype, rclass, _ttl, rdlen = struct.unpack_from(">HHIH", data, i)
+        if rtype != vocab.SOA or rclass != vocab.CLASS_IN or owner.to_wire().lower() != req.lname:
+            return None
+        soa = dns.rdata.from_wire(dns.rdataclass.IN, dns.rdatatype.SOA, data, i + 10, rdlen)
+    except (dns.exception.DNSException, struct.error, ValueError):
+        return None
+    return soa.serial

@@ -1,0 +1,76 @@
+"""Zone transfers as deployed: the Helm chart's `transfers.tsigSecret` and deploy/components/transfers.
+
+Each renders (the real helm, the real kubectl kustomize) a Secret volume at /etc/mcsdns-tsig and
+`--tsig-key-file` pointing into it; then the Deployment's own command runs with the rendered flags
+and arguments (only the key's path is this test's copy of the Secret, as the mount would place it),
+and a signed AXFR transfers the zone while an unsigned one is REFUSED.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import sys
+from pathlib import Path
+
+import dns.message
+import dns.name
+import dns.query
+import dns.rcode
+import dns.tsig
+import dns.zone
+
+from test_deploy import with_component
+from test_helm import by_kind, parse_flags, render
+from testsupport.serverproc import Server
+
+ZONE = "clusterset.local."
+MOUNTED = "/etc/mcsdns-tsig/tsig.key"
+SECRET = base64.b64encode(bytes(range(7, 39))).decode()
+KEYRING = {dns.name.from_text("xfr-key."): dns.tsig.Key("xfr-key.", SECRET, "hmac-sha256")}
+
+
+def serve_and_transfer(command: list[str], flags: list[str], args: list[str], tmp: Path) -> None:
+    """Run the Deployment's command as the pod would, the key at a local path; check transfers."""
+    key = tmp / "tsig.key"
+    key.write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    dropped = ("--listen", "--http-listen", "--lameduck")
+    flags_file = tmp / "flags"
+    flags_file.write_text(shlex.join(f for f in flags if f.split("=", 1)[0] not in dropped) + "\n")
+    server = Server()
+    local = [a.replace(MOUNTED, str(key)) for a in args]
+    server.argv = [sys.executable, "-c", command[2], str(flags_file), *local, f"--listen=127.0.0.1:{server.dns_port}",
+                   f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0"]
+    with server:
+        zone = dns.zone.Zone(ZONE, relativize=False)
+        query = dns.message.make_query(ZONE, "AXFR")
+        query.use_tsig(KEYRING, "xfr-key.")
+        dns.query.inbound_xfr("127.0.0.1", zone, query, port=server.dns_port, timeout=10)
+        assert zone.get_rdataset(f"web.demo.svc.{ZONE}", "A")[0].address == "10.96.10.10"
+        unsigned = dns.query.tcp(dns.message.make_query(ZONE, "AXFR"), "127.0.0.1", port=server.dns_port, timeout=5)
+        assert unsigned.rcode() == dns.rcode.REFUSED
+
+
+def test_helm_tsig_secret(tmp_path: Path) -> None:
+    objects = by_kind(render(tmp_path, {"flags": ["--transfer-to=127.0.0.1", "--upstream=none"],
+                                        "transfers": {"tsigSecret": "my-tsig"}}))
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "tsig", "secret": {"secretName": "my-tsig"}} in pod["volumes"]
+    assert {"name": "tsig", "mountPath": "/etc/mcsdns-tsig", "readOnly": True} in container["volumeMounts"]
+    flags = parse_flags(objects["ConfigMap"]["data"]["flags"])
+    assert f"--tsig-key-file={MOUNTED}" in flags
+    default = by_kind(render(tmp_path))
+    assert "tsig" not in str(default["Deployment"]) and "--tsig-key-file" not in default["ConfigMap"]["data"]["flags"]
+    serve_and_transfer(container["command"], [f.replace(MOUNTED, str(tmp_path / "tsig.key")) for f in flags], [], tmp_path)
+
+
+def test_kustomize_transfers_component(tmp_path: Path) -> None:
+    objects = by_kind(with_component("transfers", tmp_path))
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "tsig", "secret": {"secretName": "mcsdns-tsig"}} in pod["volumes"]
+    assert {"name": "tsig", "mountPath": "/etc/mcsdns-tsig", "readOnly": True} in container["volumeMounts"]
+    assert container["args"] == [f"--tsig-key-file={MOUNTED}"]
+    flags = parse_flags(objects["ConfigMap"]["data"]["flags"]) + ["--transfer-to=127.0.0.1"]  # what the user adds
+    serve_and_transfer(container["command"], flags, container["args"], tmp_path)
