@@ -255,6 +255,7 @@ RESOURCES: dict[str, Resource] = {
     "Namespace": Resource("", "namespaces", False),
     "ServiceAccount": Resource("", "serviceaccounts", True),
     "Service": Resource("", "services", True),
+    "Endpoints": Resource("", "endpoints", True),
     "ConfigMap": Resource("", "configmaps", True),
     "Secret": Resource("", "secrets", True),
     "Pod": Resource("", "pods", True),

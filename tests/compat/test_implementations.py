@@ -1,0 +1,93 @@
+"""What each MCS implementation writes (implementations.py), applied to the real kube-apiserver and
+asked of the real CoreDNS and of mcsdns: every answer CoreDNS's, save what a decision prescribes.
+
+The same differential machinery as test_differential.py (compare.compare, decisions.py): a
+difference passes only when mcsdns gives exactly the reply a decision expects. The first
+questions a user asks per implementation are checked against the answers docs/implementations.md
+quotes, on both servers.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from testsupport.testbed import object_path
+
+from . import compare
+from .dnsclient import UDP_EDNS, Ask
+from .generator import MCS, ZONE, Dataset, asks, names
+from .harness import SEED, World, eventually
+from .implementations import STATUSES, USER_VIEW, implementations
+from .test_differential import report, unexpected
+
+pytestmark = pytest.mark.kube
+
+STATUS_MANAGER = "mcs-implementation"
+
+
+def _rdata(reply: compare.Reply) -> tuple[str, ...]:
+    return tuple(sorted(line.rsplit(" ", 1)[1] for line in reply.answer))
+
+
+def _user_view_holds(world: World) -> bool:
+    """Every USER_VIEW question answered as listed, on both servers."""
+    for _, name, qtype, rcode, want in USER_VIEW:
+        ask = Ask(f"{name}.svc.{ZONE}.", qtype, UDP_EDNS, 1232)
+        for replies in compare.ask_both(world.ports_all, [ask]):
+            if replies[0].rcode != rcode or _rdata(replies[0]) != want:
+                return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def loaded(world: World) -> Iterator[tuple[World, Dataset]]:
+    ds = implementations()
+    for obj in ds.objects:
+        if obj["kind"] == "Namespace":
+            world.apply(obj)
+    for obj in ds.objects:
+        if obj["kind"] != "Namespace":
+            world.apply(obj)
+    for obj in ds.imports():
+        status = STATUSES.get((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        if status is not None:
+            world.testbed.api.request("PATCH", object_path(obj) + "/status",
+                                      {"apiVersion": obj["apiVersion"], "kind": "ServiceImport",
+                                       "metadata": {"name": obj["metadata"]["name"],
+                                                    "namespace": obj["metadata"]["namespace"]},
+                                       "status": status},
+                                      content_type="application/apply-patch+yaml",
+                                      query={"fieldManager": STATUS_MANAGER, "force": "true"})
+    world.refresh()
+    eventually(lambda: _user_view_holds(world), timeout=60, what="both servers answer every implementation's names")
+    yield world, ds
+
+
+def test_statuses_were_written(loaded: tuple[World, Dataset]) -> None:
+    """The statuses went through the subresource (the object's apply drops them)."""
+    world, _ = loaded
+    for (ns, name), status in STATUSES.items():
+        got = world.testbed.get(f"{MCS}/v1beta1", "ServiceImport", ns, name)
+        assert got.get("status", {}).get("conditions", []) == status.get("conditions", [])
+        assert got["status"].get("clusters", []) == status.get("clusters", [])
+
+
+@pytest.mark.parametrize("impl", sorted({row[0] for row in USER_VIEW}))
+def test_what_a_user_gets_first(loaded: tuple[World, Dataset], impl: str) -> None:
+    """The answers docs/implementations.md quotes, asked of CoreDNS and of mcsdns over UDP."""
+    world, _ = loaded
+    for _, name, qtype, rcode, want in (row for row in USER_VIEW if row[0] == impl):
+        ask = Ask(f"{name}.svc.{ZONE}.", qtype, UDP_EDNS, 1232)
+        coredns, mine = (r[0] for r in compare.ask_both(world.ports_all, [ask]))
+        assert (coredns.rcode, _rdata(coredns)) == (rcode, want), f"CoreDNS {name} {qtype}: {coredns.short()}"
+        assert (mine.rcode, _rdata(mine)) == (rcode, want), f"mcsdns {name} {qtype}: {mine.short()}"
+
+
+def test_every_name_form_same_answers(loaded: tuple[World, Dataset]) -> None:
+    """Every name form x type x transport of every implementation's objects, all namespaces."""
+    world, ds = loaded
+    items = asks(names(ds), SEED + 5)
+    diffs = compare.compare("MCS implementations", world.ports_all, items, ds)
+    assert not unexpected(diffs), report(diffs)
