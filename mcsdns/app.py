@@ -62,7 +62,7 @@ class App:
         )
         self.server.on_panic = self.metrics.panic
         self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder,
-                                   self.server.tcp))
+                                   self.server.tcp, self.store.condition_counts))
         self.source = self._make_source()
         if config.dns_sd:
             from .dnssd import DnsSd
