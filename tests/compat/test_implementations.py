@@ -9,11 +9,11 @@ quotes, on both servers.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Iterator
 
 import pytest
-
-from testsupport.testbed import object_path
 
 from . import compare
 from .dnsclient import UDP_EDNS, Ask
@@ -23,9 +23,6 @@ from .implementations import STATUSES, USER_VIEW, implementations
 from .test_differential import report, unexpected
 
 pytestmark = pytest.mark.kube
-
-STATUS_MANAGER = "mcs-implementation"
-
 
 def _rdata(reply: compare.Reply) -> tuple[str, ...]:
     return tuple(sorted(line.rsplit(" ", 1)[1] for line in reply.answer))
@@ -53,13 +50,7 @@ def loaded(world: World) -> Iterator[tuple[World, Dataset]]:
     for obj in ds.imports():
         status = STATUSES.get((obj["metadata"]["namespace"], obj["metadata"]["name"]))
         if status is not None:
-            world.testbed.api.request("PATCH", object_path(obj) + "/status",
-                                      {"apiVersion": obj["apiVersion"], "kind": "ServiceImport",
-                                       "metadata": {"name": obj["metadata"]["name"],
-                                                    "namespace": obj["metadata"]["namespace"]},
-                                       "status": status},
-                                      content_type="application/apply-patch+yaml",
-                                      query={"fieldManager": STATUS_MANAGER, "force": "true"})
+            world.testbed.apply_status(obj, status)
     world.refresh()
     eventually(lambda: _user_view_holds(world), timeout=60, what="both servers answer every implementation's names")
     yield world, ds
@@ -91,3 +82,14 @@ def test_every_name_form_same_answers(loaded: tuple[World, Dataset]) -> None:
     items = asks(names(ds), SEED + 5)
     diffs = compare.compare("MCS implementations", world.ports_all, items, ds)
     assert not unexpected(diffs), report(diffs)
+
+
+def test_the_docs_table_is_the_fixture_list() -> None:
+    """docs/implementations.md quotes USER_VIEW row for row (NODATA: NOERROR without records)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "implementations.md").read_text()
+    section = text.split("## What a user gets first", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([a-z-]+) \| `([^`]+)` \| ([A-Z]+) \| ([^|]+) \|$", section, re.M)
+    want = [(impl, name, qtype, ", ".join(answers) if answers else "NODATA")
+            for impl, name, qtype, rcode, answers in USER_VIEW if rcode == "NOERROR"]
+    assert len(want) == len(USER_VIEW)
+    assert [(i, n, t, a.strip()) for i, n, t, a in rows] == want
