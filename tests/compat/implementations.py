@@ -5,8 +5,9 @@ not copied from it): the ServiceImport's API version, its `spec.ips` (one per cl
 one per source cluster, empty, "None" for headless), its `status`, and the EndpointSlices the
 implementation writes next to it, with their labels (relabelled `kubernetes.io/service-name`,
 with or without `source-cluster`, none of the multicluster labels at all) and endpoint
-conditions (`ready` only, or all three). Objects neither server reads (a core/v1 Endpoints,
-slices without `multicluster.kubernetes.io/service-name`) are there too: they must change nothing.
+conditions (`ready` only, or all three). Objects neither server reads (a core/v1 Endpoints, Services
+named like the import or derived from it, slices without `multicluster.kubernetes.io/service-name`) and
+a slice whose ServiceImport does not exist are there too: they must change nothing.
 
 `implementations()` is a generator.Dataset: the differential suite asks every name form of it
 of CoreDNS and mcsdns (test_implementations.py). `STATUSES` are the ServiceImport statuses, written
@@ -117,6 +118,11 @@ def _cilium(ds: Dataset) -> None:
         managed = ("endpointslice-local-mcsapi-controller.cilium.io" if cid == local
                    else "endpointslice-mesh-controller.cilium.io")
         ds.objects.append(_relabel(sl, {K8S_SERVICE_NAME: "derived-4hwc2n6vqx", MANAGED_BY: managed}))
+    # The exported Service itself (the import has its name) and the derived Service: core objects neither
+    # server reads for the clusterset zone, so a Service named like an import changes no answer.
+    for name in ("api", "derived-7d2kxm5pzq"):
+        ds.objects.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+                           "spec": {"type": "ClusterIP", "ports": [{"name": "grpc", "protocol": "TCP", "port": 9000}]}})
     STATUSES[(ns, "api")] = {"clusters": [{"cluster": local}, {"cluster": remote}], "conditions": [READY]}
     STATUSES[(ns, "stateful")] = {"clusters": [{"cluster": local}, {"cluster": remote}], "conditions": [READY]}
 
@@ -144,6 +150,8 @@ def _lighthouse(ds: Dataset) -> None:
     mports = [{"name": "mysql", "protocol": "TCP", "port": 3306}]
     ds.objects.append(lh("mysql", "cluster1", [endpoint(["10.42.0.8"], "mysql-0", ready=True, serving=True, terminating=False)],
                          mports, True))
+    # A slice synced before (or without) its import: labelled for a service that has no ServiceImport.
+    ds.objects.append(lh("orphan", "cluster2", [endpoint(["10.44.0.9"], "orphan-0", ready=True)], mports, True))
     STATUSES[(ns, "nginx")] = {"clusters": [{"cluster": "cluster1"}, {"cluster": "cluster2"}]}
     STATUSES[(ns, "mysql")] = {"clusters": [{"cluster": "cluster1"}]}
 
@@ -211,6 +219,10 @@ def implementations() -> Dataset:
     for build in (_mcs_api, _cilium, _lighthouse, _aws, _karmada, _antrea):
         build(ds)
     return ds
+
+
+# Names no import makes (labels left of the zone): the orphan slice's service and endpoint.
+EXTRA_NAMES = [("orphan", NS["lighthouse"], "svc"), ("orphan-0", "cluster2", "orphan", NS["lighthouse"], "svc")]
 
 
 # What a user asks first, per implementation, and the answer both servers give (rcode, sorted rdata):

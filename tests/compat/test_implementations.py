@@ -19,7 +19,7 @@ from . import compare
 from .dnsclient import UDP_EDNS, Ask
 from .generator import MCS, ZONE, Dataset, asks, names
 from .harness import SEED, World, eventually
-from .implementations import STATUSES, USER_VIEW, implementations
+from .implementations import EXTRA_NAMES, NS, STATUSES, USER_VIEW, implementations
 from .test_differential import report, unexpected
 
 pytestmark = pytest.mark.kube
@@ -79,9 +79,32 @@ def test_what_a_user_gets_first(loaded: tuple[World, Dataset], impl: str) -> Non
 def test_every_name_form_same_answers(loaded: tuple[World, Dataset]) -> None:
     """Every name form x type x transport of every implementation's objects, all namespaces."""
     world, ds = loaded
-    items = asks(names(ds), SEED + 5)
+    items = asks(names(ds) + EXTRA_NAMES, SEED + 5)
     diffs = compare.compare("MCS implementations", world.ports_all, items, ds)
     assert not unexpected(diffs), report(diffs)
+
+
+def test_explain_names_the_orphan_slice_and_the_import_status(loaded: tuple[World, Dataset]) -> None:
+    """/explain on the world's mcsdns: a slice without its import, and an import its controller calls not Ready."""
+    import json
+    import urllib.parse
+
+    world, _ = loaded
+
+    def explain(name: str) -> dict:
+        status, body = world.mcsdns_all.http("/explain?" + urllib.parse.urlencode({"name": name}))
+        assert status == 200, body
+        return json.loads(body)
+
+    lh = NS["lighthouse"]
+    orphan = explain(f"orphan.{lh}.svc.{ZONE}")
+    assert orphan["rcode"] == "NXDOMAIN" and orphan["reason"] == (
+        f"no ServiceImport orphan in namespace {lh} (1 EndpointSlice(s) are labelled with it, but they need the import)")
+    fresh = explain(f"fresh.{NS['mcs-api']}.svc.{ZONE}")
+    assert fresh["rcode"] == "NOERROR" and fresh["answer"] == []
+    assert fresh["reason"].endswith("the import is not Ready (Pending: waiting for the derived Service's IP): its "
+                                    "status.conditions, written by the MCS controller; answers never depend on them "
+                                    "(decision 14)")
 
 
 def test_the_docs_table_is_the_fixture_list() -> None:
