@@ -49,13 +49,16 @@ _PORT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 # Protocols an SRV name can carry (`_tcp`, `_udp`, `_sctp`), in any case: CoreDNS compares with EqualFold.
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 
-# The API server's own limits (EndpointSlice validation; the ServiceImport CRD's maxItems). Objects
+# The API server's own limits (EndpointSlice validation). Objects
 # from the API never exceed them; manifests might (a YAML alias can repeat a list 1000 times in a
 # few bytes), and an object beyond them is rejected before anything is built from it.
 MAX_ENDPOINTS = 1000
 MAX_ADDRESSES = 100  # per endpoint
 MAX_SLICE_PORTS = 20000
-MAX_IMPORT_IPS = 2  # one per family
+# spec.ips: the mcs-api CRD allows 2 (one per family), but not every CRD in use does (the AWS Cloud Map
+# controller writes one ClusterIP per source cluster) and CoreDNS serves them all: so do we, up to a
+# bound no cluster set reaches; entries beyond it are left out with a note (decision 12), never the object.
+MAX_IMPORT_IPS = 256
 
 # ServiceImport status (decision 14): what mcs-api defines, and how much of it is kept per import.
 CONDITION_READY = "Ready"
@@ -364,7 +367,10 @@ def to_service_import(obj: dict) -> ServiceImport:
     if kind not in (HEADLESS, CLUSTER_SET_IP):
         omitted.append(f"spec.type: {kind!r:.80} is not ClusterSetIP or Headless; served as ClusterSetIP, as CoreDNS does")
     ips: list[str] = []
-    for i, text in enumerate(_list(spec, "ips", limit=MAX_IMPORT_IPS, at="spec")):
+    raw_ips = _field(spec, "ips", kind=list, default=[], at="spec")
+    if len(raw_ips) > MAX_IMPORT_IPS:
+        omitted.append(f"spec.ips: {len(raw_ips)} entries; those after the first {MAX_IMPORT_IPS} are left out")
+    for i, text in enumerate(raw_ips[:MAX_IMPORT_IPS]):
         if not isinstance(text, str) or parse_ip(text) is None:
             omitted.append(f"spec.ips[{i}]: {text!r:.80} is not an IP address; left out")
             continue

@@ -15,6 +15,8 @@ from typing import Iterator
 
 import pytest
 
+from testsupport.testbed import ApiError
+
 from . import compare
 from .dnsclient import UDP_EDNS, Ask
 from .generator import MCS, ZONE, Dataset, asks, names
@@ -105,6 +107,46 @@ def test_explain_names_the_orphan_slice_and_the_import_status(loaded: tuple[Worl
     assert fresh["reason"].endswith("the import is not Ready (Pending: waiting for the derived Service's IP): its "
                                     "status.conditions, written by the MCS controller; answers never depend on them "
                                     "(decision 14)")
+
+
+def test_one_ip_per_source_cluster_beyond_the_mcs_api_limit(loaded: tuple[World, Dataset]) -> None:
+    """The AWS Cloud Map controller's shape with three clusters, on a CRD without the mcs-api CRD's
+    `maxItems: 2` on spec.ips: CoreDNS answers all three IPs, and so must mcsdns (decision 12: never
+    refuse an object for what DNS can serve). The v0.5.0 CRD is restored afterwards."""
+    world, _ = loaded
+    api, ns = world.testbed, NS["aws"]
+    crd = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, "serviceimports.multicluster.x-k8s.io")
+    for version in crd["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["ips"].pop("maxItems", None)
+    crd["metadata"] = {"name": crd["metadata"]["name"]}
+    crd.pop("status", None)
+    three = {"apiVersion": f"{MCS}/v1alpha1", "kind": "ServiceImport", "metadata": {"name": "three", "namespace": ns},
+             "spec": {"type": "ClusterSetIP", "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
+                      "ips": ["10.100.1.3", "10.100.2.3", "10.100.3.3"]}}
+    try:
+        api.apply(crd)
+        eventually(lambda: _accepted(api, three), timeout=30, what="the CRD without maxItems accepts three IPs")
+        world.refresh()
+        want = ("10.100.1.3", "10.100.2.3", "10.100.3.3")
+        ask = Ask(f"three.{ns}.svc.{ZONE}.", "A", UDP_EDNS, 1232)
+        eventually(lambda: all(_rdata(r[0]) == want for r in compare.ask_both(world.ports_all, [ask])), timeout=30,
+                   what="both servers answer the three IPs")
+        items = asks([("three", ns, "svc"), ("_http", "_tcp", "three", ns, "svc")], SEED + 6)
+        diffs = compare.compare("one IP per cluster", world.ports_all, items, None)
+        assert not unexpected(diffs), report(diffs)
+    finally:
+        api.delete(f"{MCS}/v1alpha1", "ServiceImport", ns, "three")
+        api.install_crd("v0.5.0")
+
+
+def _accepted(api, obj: dict) -> bool:
+    try:
+        api.apply(obj)
+        return True
+    except ApiError as err:
+        if err.status == 422:
+            return False
+        raise
 
 
 def test_the_docs_table_is_the_fixture_list() -> None:
