@@ -137,6 +137,9 @@ def test_one_ip_per_source_cluster_beyond_the_mcs_api_limit(loaded: tuple[World,
     finally:
         api.delete(f"{MCS}/v1alpha1", "ServiceImport", ns, "three")
         api.install_crd("v0.5.0")
+    restored = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, crd["metadata"]["name"])
+    assert {v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["ips"].get("maxItems")
+            for v in restored["spec"]["versions"]} == {2}
 
 
 def _accepted(api, obj: dict) -> bool:
