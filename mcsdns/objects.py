@@ -437,7 +437,20 @@ def import_status(raw: Any) -> ImportStatus:
     if len(names) < len(raw_clusters):
         notes.append(f"status.clusters: {len(raw_clusters) - len(names)} entries without a cluster name; left out")
     clusters = tuple(sys.intern(n[:MAX_CONDITION_TYPE]) for n in names[:MAX_STATUS_CLUSTERS])
-    return ImportStatus(tuple(conditions), clusters, len(names), tuple(notes))
+    status = ImportStatus(tuple(conditions), clusters, len(names), tuple(notes))
+    # Most imports of a cluster set carry the same status (Ready, the same clusters): one shared copy each,
+    # so 50k imports cost a dict entry apiece, not a status apiece. Bounded: cleared when full.
+    shared = _STATUSES.get(status)
+    if shared is not None:
+        return shared
+    if len(_STATUSES) >= _STATUSES_MAX:
+        _STATUSES.clear()
+    _STATUSES[status] = status
+    return status
+
+
+_STATUSES: dict[ImportStatus, ImportStatus] = {}
+_STATUSES_MAX = 4096
 
 
 def to_endpoint_slice(obj: dict) -> EndpointSlice:
