@@ -76,7 +76,7 @@ class App:
                 self.notifier = Notifier(transfers, config.notify, self.metrics.notified)
                 self.table.on_bump = self.notifier.changed
         self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder,
-                                   self.server.tcp))
+                                   self.server.tcp, self.store.condition_counts))
         self.source = self._make_source()
         if config.dns_sd:
             from .dnssd import DnsSd

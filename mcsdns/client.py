@@ -64,10 +64,16 @@ def _clusters(entry: dict) -> tuple[str, str]:
 
 
 def imports_table(doc: dict) -> str:
-    """kubectl-style columns: NAMESPACE NAME TYPE IPS PORTS CLUSTERS READY, then the rejected objects."""
+    """kubectl-style columns: NAMESPACE NAME TYPE IPS PORTS CLUSTERS READY [NOT-READY], then the rejected objects.
+
+    READY counts ready addresses. NOT-READY, shown when some import's own Ready condition is not True,
+    is that condition's reason (empty for the others): status, never a cause of any answer."""
     rows = [("NAMESPACE", "NAME", "TYPE", "IPS", "PORTS", "CLUSTERS", "READY")]
     for e in doc["imports"]:
         rows.append((e["namespace"], e["name"], e["type"], ",".join(e["ips"]) or "<none>", _ports(e), *_clusters(e)))
+    if any(e.get("not_ready") for e in doc["imports"]):
+        rows = [rows[0] + ("NOT-READY",)] + [row + ((e.get("not_ready") or "").split(":", 1)[0],)
+                                              for row, e in zip(rows[1:], doc["imports"])]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["   ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     if len(rows) == 1:

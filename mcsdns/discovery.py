@@ -4,8 +4,9 @@ Two admin routes (issue 14) over the same objects and table the DNS answers
 come from, never a second copy of the zone logic:
 
 * `/imports`: one entry per ServiceImport in the store, with its clusters'
-  ready/not-ready address counts (the store's slices) and every name it
-  answers. The names are the ones `compile.service_names` makes for the
+  ready/not-ready address counts (the store's slices), its status as the MCS
+  controller wrote it (conditions, clusters: decision 14, never an answer's
+  cause) and every name it answers. The names are the ones `compile.service_names` makes for the
   service, kept when the table holds a compiled answer for them (the table
   compiles every such name except per-endpoint ones, which exist exactly when a
   ready address of a labelled slice makes them; those come from the same
@@ -115,6 +116,29 @@ def _port_text(p: Port) -> str:
     return f"{p.name or '(unnamed)'}/{p.protocol or '(no protocol)'} {p.port}"
 
 
+def status_json(imp: ServiceImport) -> dict:
+    """An import's status as kept (decision 14): its conditions, the clusters it names, what was cut."""
+    st = imp.status
+    return {
+        "conditions": [c._asdict() for c in st.conditions],
+        "clusters": list(st.clusters),
+        "cluster_count": st.cluster_count,
+        "notes": list(st.notes),
+    }
+
+
+def status_sentence(imp: ServiceImport) -> str:
+    """What the import's status says, for /explain: '' when Ready or silent. Never why DNS answers what it does."""
+    out = ""
+    not_ready = imp.status.not_ready()
+    if not_ready is not None:
+        out = (f"; the import is not Ready ({not_ready}): its status.conditions, written by the MCS controller; "
+               "answers never depend on them (decision 14)")
+    if imp.status.notes:
+        out += f"; its status is shown in part ({'; '.join(imp.status.notes)})"
+    return out
+
+
 DISCOVERY_OFF = "discovery is off on this server (--discovery=off): /imports and /explain are not served"
 
 
@@ -167,6 +191,8 @@ class Discovery:
             "ports": [{"name": p.name, "protocol": p.protocol, "port": p.port} for p in imp.ports],
             "clusters": clusters,
             "names": self.names(key),
+            "not_ready": imp.status.not_ready(),
+            "status": status_json(imp),
         }
 
     async def imports_json(self, namespace: str | None = None) -> bytes:
@@ -337,7 +363,7 @@ class Discovery:
         text = self._import_reason(imp, slices, req, qtype, tname, rcode, answers)
         if rejected is not None:
             text += f"; its latest version was rejected ({rejected.reason}), the last good one is served"
-        return text
+        return text + status_sentence(imp)
 
     def _import_reason(self, imp: ServiceImport, slices: tuple[EndpointSlice, ...], req: Request, qtype: int, tname: str,
                        rcode: str, answers: int) -> str:  # fmt: skip

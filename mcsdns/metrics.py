@@ -231,6 +231,8 @@ class Views:
     servers: Callable[[], Iterable[str]]  # the listeners' `server` labels (dns://host:port)
     forwarder: ForwarderView | None = None
     tcp: TcpView | None = None
+    # ServiceImports by (condition type, status, reason) (Store.condition_counts; decision 14)
+    import_conditions: Callable[[], Mapping[tuple[str, str, str], int]] | None = None
 
 
 class Metrics(Collector):
@@ -627,6 +629,15 @@ class Metrics(Collector):
         gen = GaugeMetricFamily("mcsdns_table_generation", "Record table generation (changes applied).")
         gen.add_metric([], table.generation)
         yield gen
+        if views.import_conditions is not None:
+            conditions = GaugeMetricFamily(
+                "mcsdns_serviceimport_conditions",
+                "ServiceImports by the type, status and reason of their status.conditions, as the MCS controller wrote "
+                "them (a type or reason mcs-api does not define counts as other); they never change an answer.",
+                labels=["type", "status", "reason"])
+            for (type_, status, reason), n in sorted(views.import_conditions().items()):
+                conditions.add_metric([type_, status, reason], n)
+            yield conditions
 
 
 def _zone_label(zwire: bytes) -> str:

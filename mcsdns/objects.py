@@ -49,13 +49,26 @@ _PORT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 # Protocols an SRV name can carry (`_tcp`, `_udp`, `_sctp`), in any case: CoreDNS compares with EqualFold.
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 
-# The API server's own limits (EndpointSlice validation; the ServiceImport CRD's maxItems). Objects
+# The API server's own limits (EndpointSlice validation). Objects
 # from the API never exceed them; manifests might (a YAML alias can repeat a list 1000 times in a
 # few bytes), and an object beyond them is rejected before anything is built from it.
 MAX_ENDPOINTS = 1000
 MAX_ADDRESSES = 100  # per endpoint
 MAX_SLICE_PORTS = 20000
-MAX_IMPORT_IPS = 2  # one per family
+# spec.ips: the mcs-api CRD allows 2 (one per family), but not every CRD in use does (the AWS Cloud Map
+# controller writes one ClusterIP per source cluster) and CoreDNS serves them all: so do we, up to a
+# bound no cluster set reaches; entries beyond it are left out with a note (decision 12), never the object.
+MAX_IMPORT_IPS = 256
+
+# ServiceImport status (decision 14): what mcs-api defines, and how much of it is kept per import.
+CONDITION_READY = "Ready"
+KNOWN_CONDITIONS = {CONDITION_READY: ("Ready", "Pending", "IPFamilyNotSupported")}  # type -> reasons mcs-api names
+CONDITION_STATUSES = ("True", "False", "Unknown")
+MAX_CONDITIONS = 8
+MAX_CONDITION_TYPE = 63
+MAX_CONDITION_REASON = 63
+MAX_CONDITION_MESSAGE = 256
+MAX_STATUS_CLUSTERS = 16
 
 
 class InvalidObject(ValueError):
@@ -74,6 +87,45 @@ class Port:
 NO_PORTS = (Port(-1),)
 
 
+class Condition(NamedTuple):
+    """One `status.conditions[]` entry of a ServiceImport, as shown to people (bounded in size)."""
+
+    type: str
+    status: str  # True, False or Unknown
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportStatus:
+    """A ServiceImport's status as the MCS controller wrote it: for people, never for answers (decision 14).
+
+    Bounded whatever the object holds: at most MAX_CONDITIONS conditions, each field cut to
+    its limit, at most MAX_STATUS_CLUSTERS cluster names (`cluster_count` has them all).
+    `notes` says what was cut, left out or odd (`status.conditions[2]: ...`), for the log and /explain.
+    """
+
+    conditions: tuple[Condition, ...] = ()
+    clusters: tuple[str, ...] = ()
+    cluster_count: int = 0
+    notes: tuple[str, ...] = ()
+
+    def ready(self) -> Condition | None:
+        """The `Ready` condition, if the controller wrote one."""
+        return next((c for c in self.conditions if c.type == CONDITION_READY), None)
+
+    def not_ready(self) -> str | None:
+        """`reason: message` when the import's Ready condition is not True; None when Ready or unknown."""
+        ready = self.ready()
+        if ready is None or ready.status == "True":
+            return None
+        text = ready.reason or "(no reason)"
+        return f"{text}: {ready.message}" if ready.message else text
+
+
+NO_STATUS = ImportStatus()
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceImport:
     namespace: str
@@ -85,6 +137,9 @@ class ServiceImport:
     # the source logs one warning and counts each. Not part of the answers: never compared.
     omitted: tuple[str, ...] = field(default=(), compare=False)
     changed: str | None = field(default=None, compare=False)  # newest managedFields time: programming latency
+    # status.conditions and status.clusters (decision 14): shown by discovery, counted in metrics, never
+    # compared, so a status update alone changes no answer and compiles nothing.
+    status: ImportStatus = field(default=NO_STATUS, compare=False)
 
 
 class Address(NamedTuple):
@@ -202,6 +257,14 @@ def report_omitted(ref: str, omitted: tuple[str, ...], count: Any) -> None:
         count(reason_of(message))
 
 
+def report_status_notes(ref: str, notes: tuple[str, ...]) -> None:
+    """One line for a ServiceImport whose status is shown only in part (or is back to whole: notes empty)."""
+    if notes:
+        log.warning("%s: its status is shown in part (it never changes an answer): %s", ref, "; ".join(notes))
+    else:
+        log.info("%s: its status is shown whole again", ref)
+
+
 def object_ref(obj: Any) -> str:
     """`kind ns/name` for log lines, tolerant of any garbage."""
     if not isinstance(obj, dict):
@@ -304,7 +367,10 @@ def to_service_import(obj: dict) -> ServiceImport:
     if kind not in (HEADLESS, CLUSTER_SET_IP):
         omitted.append(f"spec.type: {kind!r:.80} is not ClusterSetIP or Headless; served as ClusterSetIP, as CoreDNS does")
     ips: list[str] = []
-    for i, text in enumerate(_list(spec, "ips", limit=MAX_IMPORT_IPS, at="spec")):
+    raw_ips = _field(spec, "ips", kind=list, default=[], at="spec")
+    if len(raw_ips) > MAX_IMPORT_IPS:
+        omitted.append(f"spec.ips: {len(raw_ips)} entries; those after the first {MAX_IMPORT_IPS} are left out")
+    for i, text in enumerate(raw_ips[:MAX_IMPORT_IPS]):
         if not isinstance(text, str) or parse_ip(text) is None:
             omitted.append(f"spec.ips[{i}]: {text!r:.80} is not an IP address; left out")
             continue
@@ -313,7 +379,78 @@ def to_service_import(obj: dict) -> ServiceImport:
         _port(item, f"spec.ports[{i}]", required=True, omitted=omitted)
         for i, item in enumerate(_field(spec, "ports", kind=list, default=[], at="spec"))
     )
-    return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports, omitted=tuple(omitted), changed=changed_at(obj))
+    return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports, omitted=tuple(omitted), changed=changed_at(obj),
+                         status=import_status(obj.get("status")))
+
+
+def _cut(value: Any, limit: int, where: str, notes: list[str]) -> str:
+    """A condition field as text of at most `limit` characters; a note when it was not a string or was cut."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        notes.append(f"{where}: {type(value).__name__}, not a string; shown as text")
+        value = str(value)
+    if len(value) > limit:
+        notes.append(f"{where}: {len(value)} characters, cut to {limit}")
+        return value[: limit - 1] + "\u2026"
+    return value
+
+
+def import_status(raw: Any) -> ImportStatus:
+    """A ServiceImport's `status` -> ImportStatus. Never raises: a status changes no answer, so no
+    status, however malformed, refuses the object; what is odd or cut becomes a note instead."""
+    if raw is None:
+        return NO_STATUS
+    notes: list[str] = []
+    if not isinstance(raw, dict):
+        return ImportStatus(notes=(f"status: {type(raw).__name__}, not an object; ignored",))
+    conditions: list[Condition] = []
+    raw_conditions = raw.get("conditions") or []
+    if not isinstance(raw_conditions, list):
+        notes.append(f"status.conditions: {type(raw_conditions).__name__}, not a list; ignored")
+        raw_conditions = []
+    if len(raw_conditions) > MAX_CONDITIONS:
+        notes.append(f"status.conditions: {len(raw_conditions)} conditions, the first {MAX_CONDITIONS} shown")
+    for i, item in enumerate(raw_conditions[:MAX_CONDITIONS]):
+        where = f"status.conditions[{i}]"
+        if not isinstance(item, dict):
+            notes.append(f"{where}: {type(item).__name__}, not an object; left out")
+            continue
+        type_ = _cut(item.get("type"), MAX_CONDITION_TYPE, f"{where}.type", notes)
+        if not type_:
+            notes.append(f"{where}: no type; left out")
+            continue
+        status = _cut(item.get("status"), 16, f"{where}.status", notes)
+        if status not in CONDITION_STATUSES:
+            notes.append(f"{where}.status: {status!r} is none of True, False, Unknown; shown as Unknown")
+            status = "Unknown"
+        reason = _cut(item.get("reason"), MAX_CONDITION_REASON, f"{where}.reason", notes)
+        message = _cut(item.get("message"), MAX_CONDITION_MESSAGE, f"{where}.message", notes)
+        if type_ not in KNOWN_CONDITIONS:
+            notes.append(f"{where}.type: {type_!r} is not a condition mcs-api defines ({', '.join(KNOWN_CONDITIONS)}); shown as written")
+        conditions.append(Condition(sys.intern(type_), sys.intern(status), sys.intern(reason), message))
+    raw_clusters = raw.get("clusters") or []
+    if not isinstance(raw_clusters, list):
+        notes.append(f"status.clusters: {type(raw_clusters).__name__}, not a list; ignored")
+        raw_clusters = []
+    names = [c["cluster"] for c in raw_clusters if isinstance(c, dict) and isinstance(c.get("cluster"), str)]
+    if len(names) < len(raw_clusters):
+        notes.append(f"status.clusters: {len(raw_clusters) - len(names)} entries without a cluster name; left out")
+    clusters = tuple(sys.intern(n[:MAX_CONDITION_TYPE]) for n in names[:MAX_STATUS_CLUSTERS])
+    status = ImportStatus(tuple(conditions), clusters, len(names), tuple(notes))
+    # Most imports of a cluster set carry the same status (Ready, the same clusters): one shared copy each,
+    # so 50k imports cost a dict entry apiece, not a status apiece. Bounded: cleared when full.
+    shared = _STATUSES.get(status)
+    if shared is not None:
+        return shared
+    if len(_STATUSES) >= _STATUSES_MAX:
+        _STATUSES.clear()
+    _STATUSES[status] = status
+    return status
+
+
+_STATUSES: dict[ImportStatus, ImportStatus] = {}
+_STATUSES_MAX = 4096
 
 
 def to_endpoint_slice(obj: dict) -> EndpointSlice:

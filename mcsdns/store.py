@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .objects import CLUSTER_ID_PROPERTY, ClusterProperty, EndpointSlice, Namespace, Object, ObjectKey, ServiceImport
+from .objects import CLUSTER_ID_PROPERTY, KNOWN_CONDITIONS, ClusterProperty, EndpointSlice, Namespace, Object, ObjectKey, ServiceImport
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,19 @@ class Store:
             "EndpointSlice": len(self.slices),
             "Namespace": len(self.namespaces),
         }
+
+    def condition_counts(self) -> dict[tuple[str, str, str], int]:
+        """ServiceImports by (condition type, status, reason) of their status.conditions (decision 14).
+
+        Labels stay bounded whatever the objects hold: a type or reason mcs-api does not
+        define counts as `other`."""
+        out: dict[tuple[str, str, str], int] = {}
+        for imp in self.imports.values():
+            for c in imp.status.conditions:
+                reasons = KNOWN_CONDITIONS.get(c.type)
+                key = (c.type if reasons else "other", c.status, c.reason if reasons and c.reason in reasons else "other")
+                out[key] = out.get(key, 0) + 1
+        return out
 
     # ----------------------------------------------------------------- writes
 
@@ -169,11 +182,14 @@ class Store:
     def _apply(self, obj: Object, changes: Changes) -> None:
         if isinstance(obj, ServiceImport):
             key = (obj.namespace, obj.name)
-            if self.imports.get(key) != obj:
+            old_import = self.imports.get(key)
+            if old_import != obj:
                 self.imports[key] = obj
                 changes.services.add(key)
                 if obj.changed:
                     changes.stamps.append(("serviceimport", obj.changed))
+            elif old_import.status != obj.status:  # no answer changes (decision 14); kept for discovery and metrics
+                self.imports[key] = obj
         elif isinstance(obj, EndpointSlice):
             key = (obj.namespace, obj.name)
             old = self.slices.get(key)

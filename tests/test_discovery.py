@@ -270,3 +270,45 @@ def test_dns_is_answered_while_a_long_imports_list_is_built(tmp_path):
         sock.close()
         assert done["count"] == 10_000
         assert done["dns"] < done["http"], "a DNS reply came only after the whole /imports list was built"
+
+
+def test_malformed_import_status_is_cut_logged_and_shown_never_answered(tmp_path):
+    """Decision 14 with statuses the API would refuse but a manifest may hold: a condition without
+    a type or status, a status that is not an object, 40 conditions, a message of 100 kB. Each
+    import answers exactly what its twin without a status answers; the log and /explain say what was cut."""
+    def imp(name: str, status=None) -> dict:
+        obj = service_import("odd", name, ["10.7.0.1"])
+        obj["metadata"]["name"] = name
+        if status is not None:
+            obj["status"] = status
+        return obj
+
+    statuses = {
+        "notype": {"conditions": [{"status": "False", "reason": "Pending"}, {"type": "Ready", "reason": "Pending"}]},
+        "scalar": "broken",
+        "many": {"conditions": [{"type": "Ready", "status": "False", "reason": "Pending", "message": "m" * 100_000}] * 40,
+                 "clusters": [{"cluster": f"c{i}"} for i in range(100)] + [{"name": "x"}]},
+    }
+    objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "odd"}}, imp("twin")]
+    objects += [imp(name, status) for name, status in statuses.items()]
+    path = tmp_path / "odd.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    with Server("--manifests", str(path)) as s:
+        twin = s.query(f"twin.odd.svc.{Z}", "A")
+        for name in statuses:
+            reply = s.query(f"{name}.odd.svc.{Z}", "A")
+            assert [rr.to_text() for rr in reply.answer] == [rr.to_text().replace("twin.", f"{name}.", 1) for rr in twin.answer]
+        by_name = {e["name"]: e for e in imports(s)["imports"]}
+        assert by_name["notype"]["status"]["notes"] == [
+            "status.conditions[0]: no type; left out",
+            "status.conditions[1].status: '' is none of True, False, Unknown; shown as Unknown"]
+        assert by_name["notype"]["not_ready"] == "Pending"
+        assert by_name["scalar"]["status"]["notes"] == ["status: str, not an object; ignored"]
+        many = by_name["many"]["status"]
+        assert len(many["conditions"]) == 8 and {len(c["message"]) for c in many["conditions"]} == {256}
+        assert many["clusters"] == [f"c{i}" for i in range(16)] and many["cluster_count"] == 100
+        assert many["notes"][0] == "status.conditions: 40 conditions, the first 8 shown"
+        assert many["notes"][-1] == "status.clusters: 1 entries without a cluster name; left out"
+        assert "its status is shown in part (status: str, not an object; ignored)" in explain(s, f"scalar.odd.svc.{Z}")["reason"]
+        eventually(lambda: "ServiceImport odd/many: its status is shown in part" in s.log(), 5)
+        assert "Traceback" not in s.log()

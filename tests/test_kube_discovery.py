@@ -111,3 +111,85 @@ def test_dns_sd_browsing_follows_the_api(testbed: Testbed, fresh_namespace: str,
         server.wait_answer(kinds, "PTR", ("NXDOMAIN", []))
         assert f"{ns}.svc.{Z}" not in server.answer(browse, "PTR")[1]
         assert server.query(f"api._http._tcp.{ns}.svc.{Z}", "SRV").rcode() == dns.rcode.NXDOMAIN
+
+
+def _set_status(testbed: Testbed, ns: str, name: str, status: dict) -> None:
+    """Write a ServiceImport's status as an MCS controller does: through the status subresource."""
+    testbed.apply_status(service_import(ns, name, []), status)
+
+
+def _condition(type_: str, status: str, reason: str, message: str) -> dict:
+    return {"type": type_, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": "2026-12-01T10:00:00Z"}
+
+
+def test_import_conditions_are_shown_and_counted_never_answered(testbed: Testbed, fresh_namespace: str,
+                                                                tmp_path: Path) -> None:
+    """Decision 14: status.conditions and status.clusters reach /imports, /explain, `mcsdns explain`
+    and the metric; a status change alone changes no answer; an odd status is cut, logged, shown."""
+    import subprocess
+    import sys
+
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    testbed.create(service_import(ns, "v6only", []))  # an IPv6-only service: no IPv4 VIP for this cluster
+    testbed.create(service_import(ns, "vip", ["10.9.2.1"]))
+    _set_status(testbed, ns, "v6only", {
+        "clusters": [{"cluster": "east"}, {"cluster": "west"}],
+        "conditions": [_condition("Ready", "False", "IPFamilyNotSupported", "IPv6 is not supported in this cluster")]})
+    _set_status(testbed, ns, "vip", {"conditions": [_condition("Ready", "True", "Ready", "")]})
+    with KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log") as server:
+        server.wait_until_ready()
+        server.wait_answer(fqdn("vip", ns), "A", a("10.9.2.1"))
+
+        def mine() -> dict:
+            return {e["name"]: e for e in imports(server)["imports"] if e["namespace"] == ns}
+
+        v6 = mine()["v6only"]
+        assert v6["not_ready"] == "IPFamilyNotSupported: IPv6 is not supported in this cluster"
+        assert v6["status"] == {"conditions": [{"type": "Ready", "status": "False", "reason": "IPFamilyNotSupported",
+                                                "message": "IPv6 is not supported in this cluster"}],
+                                "clusters": ["east", "west"], "cluster_count": 2, "notes": []}
+        assert mine()["vip"]["not_ready"] is None
+        why = explain(server, fqdn("v6only", ns))
+        assert (why["rcode"], why["answer"]) == ("NOERROR", [])
+        assert why["reason"] == (
+            f"the name exists (ServiceImport {ns}/v6only) but has no IPv4 address: spec.ips are empty; the import is not "
+            "Ready (IPFamilyNotSupported: IPv6 is not supported in this cluster): its status.conditions, written by the "
+            "MCS controller; answers never depend on them (decision 14)")
+        server_url = f"http://127.0.0.1:{server.http_port}"
+        cli = subprocess.run([sys.executable, "-m", "mcsdns", "explain", fqdn("v6only", ns), "--server", server_url],
+                             capture_output=True, text=True, timeout=30)
+        assert cli.returncode == 0 and "the import is not Ready (IPFamilyNotSupported: IPv6" in cli.stdout
+        table = subprocess.run([sys.executable, "-m", "mcsdns", "imports", "-n", ns, "--server", server_url],
+                               capture_output=True, text=True, timeout=30).stdout.splitlines()
+        assert table[0].split()[-1] == "NOT-READY"
+        rows = {line.split()[1]: line.split() for line in table[1:]}
+        assert rows["v6only"][-1] == "IPFamilyNotSupported" and rows["vip"][-1] == "0/0"
+        assert server.metric("mcsdns_serviceimport_conditions", type="Ready", status="False",
+                             reason="IPFamilyNotSupported") >= 1
+
+        # A status update alone: shown at once, no answer changes, nothing recompiled.
+        generation = server.metric("mcsdns_table_generation")
+        assert generation is not None and generation > 0
+        _set_status(testbed, ns, "vip", {"conditions": [_condition("Ready", "False", "Pending", "waiting")]})
+        eventually(lambda: mine()["vip"]["not_ready"] == "Pending: waiting", 10)
+        assert server.answer(fqdn("vip", ns)) == a("10.9.2.1")
+        assert server.metric("mcsdns_table_generation") == generation
+
+        # Adversarial: a message at the API's limit, a type and reason mcs-api does not define, a bad status.
+        _set_status(testbed, ns, "vip", {"conditions": [
+            _condition("Ready", "Unknown", "Pending", "x" * 32768),
+            _condition("Exploded", "True", "Kaboom", "")]})
+        eventually(lambda: len(mine()["vip"]["status"]["conditions"]) == 2, 10)
+        vip = mine()["vip"]
+        assert len(vip["status"]["conditions"][0]["message"]) == 256
+        assert vip["status"]["notes"] == [
+            "status.conditions[0].message: 32768 characters, cut to 256",
+            "status.conditions[1].type: 'Exploded' is not a condition mcs-api defines (Ready); shown as written"]
+        assert "its status is shown in part (status.conditions[0].message: 32768 characters" in \
+            explain(server, fqdn("vip", ns))["reason"]
+        assert server.answer(fqdn("vip", ns)) == a("10.9.2.1")
+        assert server.metric("mcsdns_serviceimport_conditions", type="other", status="True", reason="other") >= 1
+        eventually(lambda: f"ServiceImport {ns}/vip: its status is shown in part" in server.tail(200), 10)
+        assert server.shutdown() < 5

@@ -122,3 +122,14 @@ def test_spellings_are_kept_as_written() -> None:
     assert not weird.headless  # as CoreDNS: only `Headless` exactly is headless
     assert weird.ports == (Port(9, "", "TCP"),)  # a name no question can spell: an unnamed port
     assert len(weird.omitted) == 2
+
+
+def test_more_ips_than_the_mcs_api_crd_allows_are_served_up_to_a_bound() -> None:
+    """One IP per source cluster (the AWS Cloud Map controller's shape): all served, as CoreDNS serves
+    them (tests/compat/test_implementations.py checks three against a real CoreDNS); beyond 256, a
+    manifest's YAML alias at most, the rest is left out with a note and the import still serves."""
+    three = convert(_import("three", ["10.0.0.1", "10.0.0.2", "10.0.0.3"], [{"port": 80, "protocol": "TCP"}]))
+    assert three.ips == ("10.0.0.1", "10.0.0.2", "10.0.0.3") and not three.omitted
+    many = convert(_import("many", [f"10.1.{i // 256}.{i % 256}" for i in range(1000)], [{"port": 80, "protocol": "TCP"}]))
+    assert len(many.ips) == 256 and many.ips[-1] == "10.1.0.255"
+    assert many.omitted == ("spec.ips: 1000 entries; those after the first 256 are left out",)

@@ -255,6 +255,7 @@ RESOURCES: dict[str, Resource] = {
     "Namespace": Resource("", "namespaces", False),
     "ServiceAccount": Resource("", "serviceaccounts", True),
     "Service": Resource("", "services", True),
+    "Endpoints": Resource("", "endpoints", True),
     "ConfigMap": Resource("", "configmaps", True),
     "Secret": Resource("", "secrets", True),
     "Pod": Resource("", "pods", True),
@@ -417,6 +418,15 @@ class KubeClient:
         query = {"fieldManager": field_manager, "force": "true" if force else "false"}
         return self.request("PATCH", object_path(obj), obj,
                             content_type="application/apply-patch+yaml", query=query)
+
+    def apply_status(self, obj: dict, status: dict, *, field_manager: str = "mcs-controller") -> dict:
+        """Server-side apply of `status` through the status subresource, as a controller writes it
+        (an apply of the object itself drops status when the CRD has that subresource)."""
+        meta = obj["metadata"]
+        body = {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+                "metadata": {"name": meta["name"], "namespace": meta.get("namespace")}, "status": status}
+        return self.request("PATCH", object_path(obj) + "/status", body, content_type="application/apply-patch+yaml",
+                            query={"fieldManager": field_manager, "force": "true"})
 
     def get(self, api_version: str, kind: str, namespace: str | None = None,
             name: str | None = None, **query: Any) -> dict:
@@ -935,6 +945,9 @@ class Testbed:
 
     def apply(self, obj: dict) -> dict:
         return self.api.apply(obj)
+
+    def apply_status(self, obj: dict, status: dict) -> dict:
+        return self.api.apply_status(obj, status)
 
     def get(self, api_version: str, kind: str, namespace: str | None = None,
             name: str | None = None, **query: Any) -> dict:

@@ -1,7 +1,6 @@
 """JSON documents from the API server (list pages, watch events) -> the dicts `objects.convert` reads.
 
-A list page of 500 objects is mostly what DNS never reads: managedFields, uids, timestamps,
-status. `page()` and `event()` decode with msgspec into structs that name only the fields
+A list page of 500 objects is mostly what DNS never reads: managedFields, uids, timestamps. `page()` and `event()` decode with msgspec into structs that name only the fields
 the converters and the watch read, so the rest is skipped by the decoder without being
 built as Python objects, and rebuild each object as a small dict of those fields. Every
 field is typed `Any`, so msgspec checks no types: `objects.convert` still sees every value
@@ -64,6 +63,7 @@ class _Item(msgspec.Struct):
     spec: Any = UNSET
     endpoints: list[_Endpoint] | None | msgspec.UnsetType = UNSET
     ports: Any = UNSET
+    status: Any = UNSET  # a ServiceImport's conditions and clusters, for discovery (decision 14)
 
 
 class _ListMeta(msgspec.Struct):
@@ -130,6 +130,8 @@ def _item(it: _Item) -> dict:
         out["endpoints"] = None if it.endpoints is None else [_endpoint(ep) for ep in it.endpoints]
     if it.ports is not UNSET:
         out["ports"] = it.ports
+    if it.status is not UNSET:
+        out["status"] = it.status
     return out
 
 

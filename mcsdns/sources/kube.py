@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..objects import ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport, report_omitted
+from ..objects import ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport, report_omitted, report_status_notes
 from ..relist import DeleteGrace, Relist
 from ..store import Store
 from .kubeapi import ApiConnection, load_configuration
@@ -128,6 +128,7 @@ class KubeSource:
         self._crash = asyncio.Event()
         # --delete-grace: ServiceImports deleted by the API but still served; timers run on the loop.
         self.grace = DeleteGrace(settings.delete_grace, self._call_later)
+        self._status_notes: dict[tuple[str, str], tuple[str, ...]] = {}  # per import: what its status lacked, logged
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -310,6 +311,8 @@ class KubeSource:
         namespace, name = event.key
         old = self._current(kind, namespace, name)
         self.store.delete(kind, namespace, name)
+        if kind == "ServiceImport":
+            self._status_notes.pop((namespace, name), None)
         if old is not None:
             self._programmed(old, event.arrived)
 
@@ -325,6 +328,12 @@ class KubeSource:
                 report_omitted(f"{state.resource.kind} {key[0]}/{key[1]}", omitted, self.metrics.rejected)
             else:
                 state.omissions.pop(key, None)
+        for obj in objects:
+            if isinstance(obj, ServiceImport) and (obj.status.notes or self._status_notes):
+                key = (obj.namespace, obj.name)
+                if self._status_notes.get(key, ()) != obj.status.notes:
+                    report_status_notes(f"ServiceImport {key[0]}/{key[1]}", obj.status.notes)
+                    self._status_notes[key] = obj.status.notes
 
     # ----------------------------------------------------------------- --delete-grace (loop thread)
 

@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterable, Iterator
 import msgspec
 import yaml
 
-from ..objects import KINDS, InvalidObject, Namespace, Object, convert, object_ref, reason_of, report_omitted
+from ..objects import (KINDS, InvalidObject, Namespace, Object, ServiceImport, convert, object_ref, reason_of, report_omitted,
+                       report_status_notes)
 from ..relist import Relist
 from ..store import Store
 from . import decode
@@ -212,6 +213,8 @@ class ManifestSource:
                     objects.append(obj)
                     if getattr(obj, "omitted", ()):
                         reports.append(partial(report_omitted, f"{path} {position}: {object_ref(raw)}", obj.omitted, self.on_error))
+                    if isinstance(obj, ServiceImport) and obj.status.notes:
+                        reports.append(partial(report_status_notes, f"{path} {position}: {object_ref(raw)}", obj.status.notes))
                 except InvalidObject as exc:
                     reports.append(partial(log.error, "%s %s: %s rejected: %s", path, position, object_ref(raw), exc))
                     reports.append(partial(self.on_error, _reason(exc)))
