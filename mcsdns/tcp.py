@@ -18,17 +18,20 @@ thousands of connections must not be able to starve the rest. The policy reads l
 * **Optionally a per-source cap** (`max_per_source`, off by default: a node's SNAT address can carry
   every pod of the node). Over it, the source's own oldest connection is evicted, never another
   client's.
-* **A stalled reader is a stalled connection.** Replies queue in the socket's buffer; past its
-  high-water mark the connection stops reading queries (so pipelining without reading cannot grow
-  memory) and, having completed no query since, meets the idle timeout: it is then aborted, its
-  unread replies dropped.
-* Forwarded answers still owed are written before a close for any reason but eviction and abort.
+* **A stalled reader is a stalled connection.** Once a reply does not fit the kernel's send buffer
+  the connection stops reading queries (so pipelining without reading holds one reply here) and,
+  having completed no query since, meets the idle timeout: it is then aborted, its unread replies
+  dropped.
+* **Fair turns** (TURN_BUDGET below): no loop iteration answers more than a few hundred TCP queries,
+  and a connection asking one query at a time goes before one with hundreds pipelined.
+* Answers still owed (forwarded queries, a zone transfer) are written before a close for any reason
+  but eviction and abort.
 
-Deadlines cost one timer for the whole server, not one per connection: connections sit in two
-dicts kept in deadline order (waiting for a first query, by accept time; active, by last query), so
-a sweep every fraction of a second closes what expired from their fronts, and eviction takes the
-older front. Every close for these reasons is counted by reason (`closed`, read by the metrics) and
-logged rate-limited.
+Deadlines cost one timer for the whole server, not one per connection: connections sit in dicts kept
+in deadline order (`waiting` for a first query, by accept time; `active`, by last query; `closing`,
+by when it must be gone), so a sweep every fraction of a second closes what expired from their
+fronts, and eviction takes the oldest front. Every close for these reasons is counted by reason
+(`closed`, read by the metrics) and logged rate-limited.
 """
 
 from __future__ import annotations
@@ -61,9 +64,9 @@ RESERVED_FDS = 512
 # iteration answers more than TURN_BUDGET TCP queries (the whole loop stalled for seconds without it).
 # LIGHT_TURN is 2 because resolvers send A and AAAA together.
 LIGHT_TURN = 2
-READ_SIZE = 2 + 65535
 HEAVY_TURN = 16
 TURN_BUDGET = 256
+READ_SIZE = 2 + 65535  # bytes read at a time: one largest query (asyncio's default is 256 KiB)
 # Deadline closes are paced: at most SWEEP_BATCH per callback (a few ms), and CLOSE_RATE a second. A client
 # that opened thousands of connections at once would otherwise have them all closed at once, reopen them
 # all at once, and overflow the listen queue, where a SYN that is dropped is retried only after a second.
