@@ -354,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.seconds <= 600:
         parser.error("--seconds must be in [1, 600]")
     raise_open_files(max(counts) + 1024)  # the servers started here inherit it
+    machine = provenance.machine()  # (its load average is the one before the run)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tcp-hold-") as tmp:
         servers, testbed = start_servers(names, Path(tmp))
@@ -376,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        stored = {"when": provenance.now(), "commit": provenance.commit(), "machine": provenance.machine(),
+        stored = {"when": provenance.now(), "commit": provenance.commit(), "machine": machine,
                   "command": "python -m benchmarks.tcp_hold " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "rows": rows}
         args.out.write_text(json.dumps(stored, indent=1) + "\n")
