@@ -10,17 +10,10 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${MCSDNS_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcsdns/testbin}
-export GOFLAGS=${GOFLAGS:--buildvcs=false}
-export CGO_ENABLED=0
-
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
-bin="$cache/bin"
-mkdir -p "$bin"
-
-LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
+LDFLAGS=$KUBE_LDFLAGS
 node=$(build_module "$here/node" "$cache/node" \
     k8s.io/kubernetes/cmd/kubelet=kubelet \
     k8s.io/kubernetes/cmd/kube-proxy=kube-proxy \

@@ -1,6 +1,15 @@
-# Shared by build.sh and build-node.sh: build a Go wrapper module's mains into a
-# cache directory named by the module's hash, so a warm run takes seconds and a
-# changed go.mod, go.sum or source rebuilds. Sourced, not run.
+# Shared by build.sh and build-node.sh (sourced, not run): the cache directory,
+# the Go settings, and build_module, which builds a Go wrapper module's mains
+# into a cache directory named by the module's hash, so a warm run takes seconds
+# and a changed go.mod, go.sum or source rebuilds.
+
+cache=${MCSDNS_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcsdns/testbin}
+bin="$cache/bin"
+mkdir -p "$bin"
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+export CGO_ENABLED=0
+# kube-apiserver's and the node binaries' /version (and kubectl's) tell the truth.
+KUBE_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
 
 hash_of() { (cd "$1" && cat go.mod go.sum *.go | sha256sum | cut -c1-16); }
 
