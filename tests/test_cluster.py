@@ -277,8 +277,10 @@ class QueryLoop:
     """dig in the client pod, back to back, until stopped; counts answers that are not the wanted one.
 
     One try per query with glibc's first timeout (5 s): a dropped query is a failure (no retry
-    hides it); an answer that is merely slow (a CPU stall on this shared 2-core machine: a 2 s
-    timeout lost 1 query in ~400 in 2 runs of 5, at moments no pod was stopping) is not.
+    hides it). Before point_coredns_at waited for CoreDNS's old pods to finish their lameduck, 2
+    runs of 5 lost 1 query in ~400 through the stub zone (a timeout, once an empty answer), both a
+    few seconds after CoreDNS's own rollout, as this test's rollout began and before any mcsdns
+    pod was stopping.
     """
 
     def __init__(self, cl: Cluster, tag: str, dig_args: str, want: str) -> None:
