@@ -92,7 +92,7 @@ if ! fresh mcsdns "$h"; then
     buildah push -q localhost/mcsdns:dev "oci-archive:$out/mcsdns-$h.tar.tmp:localhost/mcsdns:dev"
     mv "$out/mcsdns-$h.tar.tmp" "$out/mcsdns-$h.tar"
     ln -sfn "mcsdns-$h.tar" "$out/mcsdns.tar"
-    buildah rmi -q localhost/mcsdns:dev "$base" >/dev/null 2>&1 || true
+    buildah rmi localhost/mcsdns:dev "$base" >/dev/null
     echo "built localhost/mcsdns:dev ($(du -h "$out/mcsdns-$h.tar" | cut -f1))" >&2
 fi
 echo "$out"
