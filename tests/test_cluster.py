@@ -188,6 +188,36 @@ def test_up_refuses_a_port_in_use_and_starts_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "cluster" / "state.json").exists()
 
 
+def test_up_failing_half_way_names_the_reason_and_removes_what_it_started(tmp_path: Path) -> None:
+    """A broken image archive: `up` gets as far as containerd (etcd, kube-apiserver, controllers
+    running, devices and cgroups made) before the import fails; then everything goes again."""
+    problems = preflight(cache_dir())
+    if problems:
+        pytest.skip("this machine cannot run a one-node cluster: " + "; ".join(problems))
+    real = cache_dir()
+    cache = tmp_path / "cache"
+    (cache / "images").mkdir(parents=True)
+    for name in ("bin", "crds"):
+        (cache / name).symlink_to(real / name)
+    for archive in (real / "images").glob("*.tar"):
+        (cache / "images" / archive.name).symlink_to(archive.resolve())
+    (cache / "images" / "dnsutils.tar").unlink()
+    (cache / "images" / "dnsutils.tar").write_bytes(b"not an OCI archive")
+    cl = Cluster(tmp_path / "cluster", cache)
+    with pytest.raises(ClusterError, match=r"cluster up failed.*dnsutils\.tar") as failure:
+        cl.up()
+    assert "everything started was stopped and removed" in str(failure.value)
+    assert_nothing_left(cl)
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(tmp_path).encode() in (proc / "cmdline").read_bytes():
+                left.append((proc / "cmdline").read_bytes().replace(b"\0", b" ")[:120])
+        except OSError:
+            pass
+    assert not left, left
+
+
 # --------------------------------------------------------------------------- the user's path
 
 
