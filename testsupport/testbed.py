@@ -167,8 +167,8 @@ class CertificateAuthority:
         )
 
     def issue(self, stem: str, common_name: str, organizations: tuple[str, ...] = (),
-              *, server: bool = False) -> KeyPair:
-        """Issue a leaf certificate; ``server`` adds the loopback SANs."""
+              *, server: bool = False, sans: tuple[str, ...] = ()) -> KeyPair:
+        """Issue a leaf certificate; ``server`` adds the loopback SANs and ``sans`` (IPs or names)."""
         attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
         key = _new_key()
@@ -184,6 +184,7 @@ class CertificateAuthority:
                 x509.SubjectAlternativeName([
                     x509.DNSName("localhost"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(_san(name) for name in sans),
                 ]),
                 critical=False,
             )
@@ -192,6 +193,13 @@ class CertificateAuthority:
             cert_path=_write(self.directory / f"{stem}.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644),
             key_path=_write(self.directory / f"{stem}.key", _key_pem(key)),
         )
+
+
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def write_service_account_keys(directory: Path) -> KeyPair:
@@ -253,6 +261,7 @@ class Resource:
 # at v1alpha1 and/or v1beta1 depending on the installed CRD.
 RESOURCES: dict[str, Resource] = {
     "Namespace": Resource("", "namespaces", False),
+    "Node": Resource("", "nodes", False),
     "ServiceAccount": Resource("", "serviceaccounts", True),
     "Service": Resource("", "services", True),
     "Endpoints": Resource("", "endpoints", True),
@@ -523,10 +532,13 @@ def stop_popen(popen: subprocess.Popen, grace: float = 10.0) -> int:
 class Process:
     """One child process with its output in a log file, stoppable by PID."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(self, name: str, argv: list[str], log_path: Path, *, detach: bool = False) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        # detach: outlive this Python process (testsupport/cluster.py's `up` returns while the
+        # cluster runs, and `down`, a later process, stops it by PID); else die with it.
+        self.detach = detach
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -535,7 +547,8 @@ class Process:
             log.flush()
             self.popen = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=DIE_WITH_PARENT,  # noqa: PLW1509 - only prctl, no locks involved
+                preexec_fn=None if self.detach else DIE_WITH_PARENT,  # noqa: PLW1509 - only prctl
+                start_new_session=self.detach,
             )
 
     @property
@@ -588,12 +601,19 @@ class Testbed:
     __test__ = False  # not a pytest test class despite the name
 
     def __init__(self, cache: Path | None = None, *, keep_dir: bool | None = None,
-                 extra_apiserver_args: tuple[str, ...] = ()) -> None:
+                 extra_apiserver_args: tuple[str, ...] = (), directory: Path | None = None,
+                 host: str = "127.0.0.1", detach: bool = False) -> None:
         self.cache = cache or find_testbin()
         self.bin = self.cache / "bin"
-        # MCSDNS_TESTBED_KEEP=1 keeps certs and logs for post-mortem debugging.
+        # MCSDNS_TESTBED_KEEP=1 keeps certs and logs for post-mortem debugging. A directory
+        # given by the caller (testsupport/cluster.py's --dir) is the caller's to remove.
         self.keep_dir = bool(os.environ.get("MCSDNS_TESTBED_KEEP")) if keep_dir is None else keep_dir
+        self.keep_dir = self.keep_dir or directory is not None
         self.extra_apiserver_args = tuple(extra_apiserver_args)
+        self.directory = directory
+        # The address kube-apiserver binds and advertises: loopback, unless pods must reach it.
+        self.host = host
+        self.detach = detach
         self.dir: Path | None = None
         self.etcd: Process | None = None
         self.apiserver: Process | None = None
@@ -614,16 +634,20 @@ class Testbed:
         """Certificates, etcd, kube-apiserver; returns once /readyz says ok."""
         if self.dir is not None:
             raise TestbedError("testbed already started")
-        self.dir = Path(tempfile.mkdtemp(prefix="mcsdns-testbed-"))
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.dir = self.directory
+        else:
+            self.dir = Path(tempfile.mkdtemp(prefix="mcsdns-testbed-"))
         try:
             self._write_pki()
             self.etcd_port, peer_port = free_port(), free_port()
             self.apiserver_port = free_port()
-            self.etcd = Process("etcd", self._etcd_argv(peer_port), self.dir / "etcd.log")
+            self.etcd = Process("etcd", self._etcd_argv(peer_port), self.dir / "etcd.log", detach=self.detach)
             self.etcd.start()
             self._wait_etcd()
             self.apiserver = Process("kube-apiserver", self._apiserver_argv(),
-                                     self.dir / "kube-apiserver.log")
+                                     self.dir / "kube-apiserver.log", detach=self.detach)
             self.start_apiserver()
             write_kubeconfig(self.kubeconfig_path, self.server_url, self.ca.cert_path,
                              self.admin, "admin")
@@ -642,7 +666,7 @@ class Testbed:
 
     @property
     def server_url(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        return f"https://{self.host}:{self.apiserver_port}"
 
     @property
     def etcd_url(self) -> str:
@@ -662,9 +686,13 @@ class Testbed:
         pki = self.dir / "pki"
         pki.mkdir()
         self.ca = CertificateAuthority(pki)
-        self.serving = self.ca.issue("apiserver", "kube-apiserver", server=True)
+        self.serving = self.ca.issue("apiserver", "kube-apiserver", server=True, sans=self.serving_sans())
         self.admin = self.ca.issue("admin", "mcsdns-testbed-admin", ("system:masters",))
         self.service_account = write_service_account_keys(pki)
+
+    def serving_sans(self) -> tuple[str, ...]:
+        """Names the serving certificate holds beside localhost and 127.0.0.1."""
+        return (self.host,) if self.host != "127.0.0.1" else ()
 
     def _etcd_argv(self, peer_port: int) -> list[str]:
         assert self.dir is not None
@@ -688,10 +716,10 @@ class Testbed:
         return [
             str(self.bin / "kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
+            f"--bind-address={self.host}",
             f"--secure-port={port}",
             # Without it the apiserver looks for a default route and can fail.
-            "--advertise-address=127.0.0.1",
+            f"--advertise-address={self.host}",
             f"--cert-dir={self.dir / 'apiserver-certs'}",
             f"--tls-cert-file={self.serving.cert_path}",
             f"--tls-private-key-file={self.serving.key_path}",

@@ -9,33 +9,10 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${MCSDNS_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcsdns/testbin}
-export GOFLAGS=${GOFLAGS:--buildvcs=false}
-export CGO_ENABLED=0
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
-hash_of() { (cd "$1" && cat go.mod go.sum *.go | sha256sum | cut -c1-16); }
-
-build_module() {  # build_module DIR OUT -- PKG=NAME...
-    local dir=$1 out=$2; shift 2
-    local h; h=$(hash_of "$dir")
-    local dest="$out/$h"
-    if [ -f "$dest/.complete" ]; then echo "$dest"; return; fi
-    mkdir -p "$dest"
-    local spec pkg name
-    for spec in "$@"; do
-        pkg=${spec%%=*}; name=${spec##*=}
-        echo "building $name from $pkg (cold builds take 10-20 minutes)" >&2
-        (cd "$dir" && go build -trimpath -ldflags "$LDFLAGS" -o "$dest/$name.tmp" "$pkg")
-        mv "$dest/$name.tmp" "$dest/$name"
-    done
-    touch "$dest/.complete"
-    echo "$dest"
-}
-
-bin="$cache/bin"
-mkdir -p "$bin"
-
-LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
+LDFLAGS=$KUBE_LDFLAGS
 kube=$(build_module "$here/kube" "$cache/kube" \
     k8s.io/kubernetes/cmd/kube-apiserver=kube-apiserver \
     k8s.io/kubernetes/cmd/kubectl=kubectl \

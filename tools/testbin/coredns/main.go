@@ -1,5 +1,7 @@
 // Command coredns is a trimmed CoreDNS: only the plugins the differential
-// tests and benchmarks need, so the build does not pull every cloud SDK.
+// tests and benchmarks need, plus those of kubeadm's default Corefile (reload,
+// loop, loadbalance) for testsupport/cluster.py's cluster DNS, so the build
+// does not pull every cloud SDK.
 // See coredns.io "compile time enabling or disabling plugins".
 package main
 
@@ -13,21 +15,27 @@ import (
 	_ "github.com/coredns/coredns/plugin/forward"
 	_ "github.com/coredns/coredns/plugin/health"
 	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/loadbalance"
 	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/loop"
 	_ "github.com/coredns/coredns/plugin/metrics"
 	_ "github.com/coredns/coredns/plugin/ready"
+	_ "github.com/coredns/coredns/plugin/reload"
 )
 
 // directives is the plugin order, a subset of CoreDNS's plugin.cfg order.
 var directives = []string{
+	"reload",
 	"bind",
 	"prometheus",
 	"errors",
 	"log",
 	"health",
 	"ready",
+	"loadbalance",
 	"cache",
 	"kubernetes",
+	"loop",
 	"forward",
 }
 

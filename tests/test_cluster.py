@@ -1,0 +1,395 @@
+"""mcsdns in pods of a real one-node cluster, from its own image, behind the cluster's CoreDNS.
+
+The cluster is testsupport/cluster.py's (etcd, kube-apiserver, controller-manager, scheduler,
+containerd + runc, kubelet, CNI bridge, kube-proxy, CoreDNS as kubeadm deploys it), started once
+for the module and removed at the end. Everything a user does goes through the testbin's kubectl
+and helm with the commands docs/install.md gives; every query is sent by dig, kdig or glibc
+(getent) inside a client pod, with the resolv.conf the kubelet gave it, so it travels
+client pod -> kube-dns Service -> CoreDNS -> clusterset.local stub zone -> mcsdns Service -> pod.
+
+The tests run in file order and build on each other (deploy, point CoreDNS at it, query, change,
+reinstall with Helm, roll): each step is what a user does next.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from testsupport import objects
+from testsupport.cluster import (
+    CLIENT_NAMESPACE as CLIENT_NS,
+    CLUSTER_DOMAIN,
+    DNS_SERVICE_IP,
+    KUBELET_HEALTHZ_PORT,
+    MCSDNS_IMAGE as IMAGE,
+    Cluster,
+    ClusterError,
+    client_sh,
+    deployment_ready,
+    kustomize_overlay,
+    point_coredns_at,
+    preflight,
+    start_client,
+)
+from testsupport.testbed import testbin_cache as cache_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = "mcsdns"
+DEMO = "demo"
+ZONE = "clusterset.local"
+# The stub zone's cache (docs/install.md: `cache 5`) plus mcsdns's programming time (2 s).
+CHANGE_BUDGET = 5.0 + 2.0
+
+pytestmark = pytest.mark.cluster
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the module; skipped (a failure in CI) where a kubelet cannot run."""
+    problems = preflight(cache_dir())
+    if problems:
+        pytest.skip("this machine cannot run a one-node cluster: " + "; ".join(problems))
+    directory = tmp_path_factory.mktemp("cluster")
+    cl = Cluster(directory)
+    try:
+        cl.up()
+    except ClusterError as err:
+        pytest.fail(str(err))
+    try:
+        yield cl
+    finally:
+        cl.down()
+        assert_nothing_left(cl)
+
+
+def assert_nothing_left(cl: Cluster) -> None:
+    """After `down`: no process, device, mount, cgroup or rule of the cluster remains."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "mcsdns-node" not in links and "mcsdns-cni0" not in links, links
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(cl.dir) not in mounts
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    assert "KUBE-" not in rules and "CNI-" not in rules, rules
+    assert not any(Path(h, "mcsdns-cluster").exists() for h in Path("/sys/fs/cgroup").iterdir())
+
+
+def kubectl(cl: Cluster, *args: str, timeout: float = 120.0, input: str | None = None) -> str:
+    return cl.kubectl(*args, timeout=timeout, input=input).stdout
+
+
+def wait_for(check: Callable[[], object], timeout: float, what: str, interval: float = 0.5) -> object:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (AssertionError, ClusterError) as err:
+            last = err
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not after {timeout:.0f} s (last: {last})")
+
+
+@pytest.fixture(scope="module")
+def client(cluster: Cluster) -> str:
+    """A dnsutils pod with the kubelet's resolv.conf, plus svc.clusterset.local in its search list."""
+    return start_client(cluster)
+
+
+def sh(cl: Cluster, command: str, timeout: float = 60.0) -> str:
+    return client_sh(cl, command, timeout=timeout).stdout
+
+
+def dig(cl: Cluster, *args: str) -> str:
+    return sh(cl, "dig +time=2 +tries=2 " + " ".join(args))
+
+
+@pytest.fixture(scope="module")
+def imports(cluster: Cluster) -> dict:
+    """What an MCS controller would write: a ClusterSetIP import and a headless one with hostnames."""
+    api = cluster.api()
+    api.apply(objects.namespace(DEMO))
+    web = objects.service_import(DEMO, "web", ["10.245.0.10"])
+    db_ports = [{"name": "pg", "port": 5432, "protocol": "TCP"}]
+    db = objects.service_import(DEMO, "db", headless=True, ports=db_ports)
+    db_slice = objects.endpoint_slice(DEMO, "db-c1", "db", "c1", [
+        objects.endpoint(["10.245.1.1"], hostname="db-0"), objects.endpoint(["10.245.1.2"], hostname="db-1")],
+        ports=db_ports)
+    for obj in (web, db, db_slice):
+        api.apply(obj)
+    return {"web": web, "db": db, "db_slice": db_slice}
+
+
+def pods(cl: Cluster, namespace: str, selector: str = "app.kubernetes.io/name=mcsdns") -> list[dict]:
+    return json.loads(kubectl(cl, "-n", namespace, "get", "pods", "-l", selector, "-o", "json"))["items"]
+
+
+def service_ip(cl: Cluster, namespace: str, name: str = "mcsdns") -> str:
+    return kubectl(cl, "-n", namespace, "get", "service", name, "-o", "jsonpath={.spec.clusterIP}")
+
+
+def rollout(cl: Cluster, namespace: str, name: str = "mcsdns") -> None:
+    kubectl(cl, "-n", namespace, "rollout", "status", f"deployment/{name}", "--timeout=180s", timeout=200)
+
+
+def check_pods(cl: Cluster, namespace: str) -> None:
+    """Running, Ready only after mcsdns logged its initial sync, no 403, uid 65532, read-only root."""
+    items = [p for p in pods(cl, namespace) if not p["metadata"].get("deletionTimestamp")]
+    assert len(items) == 2, [p["metadata"]["name"] for p in items]
+    for pod in items:
+        name = pod["metadata"]["name"]
+        assert pod["status"]["phase"] == "Running"
+        ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+        log = kubectl(cl, "-n", namespace, "logs", name, "--timestamps")
+        assert " 403" not in log and "orbidden" not in log, log
+        synced = next((line for line in log.splitlines() if "synced" in line), None)
+        assert synced, log
+        synced_at = datetime.datetime.fromisoformat(synced.split()[0].replace("Z", "+00:00"))
+        ready_at = datetime.datetime.fromisoformat(ready["lastTransitionTime"].replace("Z", "+00:00"))
+        # The condition has whole seconds: Ready in the same second as the sync or later.
+        assert ready_at >= synced_at.replace(microsecond=0), (ready_at, synced_at)
+        ids = kubectl(cl, "-n", namespace, "exec", name, "--", "python", "-c",
+                      "import os; print(os.getuid(), os.getgid())")
+        assert ids.split() == ["65532", "65532"]
+        write = cl.kubectl("-n", namespace, "exec", name, "--", "python", "-c",
+                           "open('/opt/mcsdns/x', 'w')", check=False)
+        assert write.returncode != 0 and "Read-only file system" in write.stderr, write.stderr
+
+
+# --------------------------------------------------------------------------- bad input to `up`
+
+
+def test_up_refuses_a_port_in_use_and_starts_nothing(tmp_path: Path) -> None:
+    """Runs before the module's cluster exists (file order): the kubelet's healthz port taken."""
+    problems = preflight(cache_dir())
+    if problems:
+        pytest.skip("this machine cannot run a one-node cluster: " + "; ".join(problems))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", KUBELET_HEALTHZ_PORT))
+        holder.listen()
+        with pytest.raises(ClusterError, match=rf"port {KUBELET_HEALTHZ_PORT} is in use"):
+            Cluster(tmp_path / "cluster").up()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "mcsdns-node" not in links
+    assert not (tmp_path / "cluster" / "state.json").exists()
+
+
+def test_up_failing_half_way_names_the_reason_and_removes_what_it_started(tmp_path: Path) -> None:
+    """A broken image archive: `up` gets as far as containerd (etcd, kube-apiserver, controllers
+    running, devices and cgroups made) before the import fails; then everything goes again."""
+    problems = preflight(cache_dir())
+    if problems:
+        pytest.skip("this machine cannot run a one-node cluster: " + "; ".join(problems))
+    real = cache_dir()
+    cache = tmp_path / "cache"
+    (cache / "images").mkdir(parents=True)
+    for name in ("bin", "crds"):
+        (cache / name).symlink_to(real / name)
+    for archive in (real / "images").glob("*.tar"):
+        (cache / "images" / archive.name).symlink_to(archive.resolve())
+    (cache / "images" / "dnsutils.tar").unlink()
+    (cache / "images" / "dnsutils.tar").write_bytes(b"not an OCI archive")
+    cl = Cluster(tmp_path / "cluster", cache)
+    with pytest.raises(ClusterError, match=r"cluster up failed.*dnsutils\.tar") as failure:
+        cl.up()
+    assert "everything started was stopped and removed" in str(failure.value)
+    assert_nothing_left(cl)
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(tmp_path).encode() in (proc / "cmdline").read_bytes():
+                left.append((proc / "cmdline").read_bytes().replace(b"\0", b" ")[:120])
+        except OSError:
+            pass
+    assert not left, left
+
+
+# --------------------------------------------------------------------------- the user's path
+
+
+def test_up_gives_a_ready_node_and_cluster_dns(cluster: Cluster) -> None:
+    nodes = json.loads(kubectl(cluster, "get", "nodes", "-o", "json"))["items"]
+    assert [n["metadata"]["name"] for n in nodes] == ["mcsdns-node"]
+    assert cluster.resolve(f"kube-dns.kube-system.svc.{CLUSTER_DOMAIN}") == [DNS_SERVICE_IP]
+    assert deployment_ready(cluster.api(), "kube-system", "coredns")
+
+
+def test_kustomize_base_runs_ready_after_sync_non_root_read_only(cluster: Cluster, imports: dict,
+                                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    kubectl(cluster, "apply", "-k", str(kustomize_overlay(tmp_path_factory.mktemp("overlay"))))
+    rollout(cluster, NS)
+    check_pods(cluster, NS)
+
+
+def test_client_pod_resolves_through_the_stub_zone(cluster: Cluster, client: str, imports: dict,
+                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    point_coredns_at(cluster, service_ip(cluster, NS), tmp_path_factory.mktemp("corefile"))
+    resolv = sh(cluster, "cat /etc/resolv.conf")
+    assert f"nameserver {DNS_SERVICE_IP}" in resolv and f"svc.{ZONE}" in resolv, resolv
+    web = f"web.{DEMO}.svc.{ZONE}"
+    wait_for(lambda: dig(cluster, "+short", web).split() == ["10.245.0.10"], 60, "the stub zone answering")
+    # Headless: every ready endpoint; per-endpoint names; SRV per named port, per endpoint.
+    assert sorted(dig(cluster, "+short", f"db.{DEMO}.svc.{ZONE}").split()) == ["10.245.1.1", "10.245.1.2"]
+    assert dig(cluster, "+short", f"db-0.c1.db.{DEMO}.svc.{ZONE}").split() == ["10.245.1.1"]
+    srv = sorted(dig(cluster, "+short", "SRV", f"_pg._tcp.db.{DEMO}.svc.{ZONE}").splitlines())
+    assert srv == [f"0 50 5432 db-0.c1.db.{DEMO}.svc.{ZONE}.", f"0 50 5432 db-1.c1.db.{DEMO}.svc.{ZONE}."], srv
+    assert dig(cluster, "+short", "SRV", f"_http._tcp.web.{DEMO}.svc.{ZONE}").split() == \
+        ["0", "100", "80", f"web.{DEMO}.svc.{ZONE}."]
+    # NXDOMAIN, with mcsdns's SOA: the answer came from mcsdns, not from CoreDNS's own zones.
+    nx = dig(cluster, "+noall", "+comments", "+authority", f"nope.{DEMO}.svc.{ZONE}")
+    assert "status: NXDOMAIN" in nx and "ns.dns.clusterset.local. hostmaster.clusterset.local." in nx, nx
+    # kdig too, over TCP.
+    assert sh(cluster, f"kdig +tcp +short {web}").split() == ["10.245.0.10"]
+    # What applications type, through glibc and the pod's search path (ndots:5): the full name
+    # without a dot (three cluster.local candidates first) and the short name `web.demo`.
+    for name in (web, f"web.{DEMO}", f"db.{DEMO}"):
+        out = sh(cluster, f"getent ahostsv4 {name}")
+        assert ("10.245.0.10" if name.startswith("web") else "10.245.1.1") in out, (name, out)
+    missing = client_sh(cluster, f"getent hosts nope.{DEMO}", check=False)
+    assert missing.returncode == 2, missing  # glibc: not found
+
+
+def test_a_change_reaches_the_client_pod_within_the_documented_window(cluster: Cluster, client: str,
+                                                                      imports: dict) -> None:
+    api = cluster.api()
+    web = f"web.{DEMO}.svc.{ZONE}"
+    changed = dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.11"]))
+    started = time.monotonic()
+    api.apply(changed)
+    wait_for(lambda: dig(cluster, "+short", web).split() == ["10.245.0.11"], 30, "the new ClusterSetIP", 0.2)
+    import_seen = time.monotonic() - started
+    ready_slice = dict(imports["db_slice"])
+    ready_slice["endpoints"] = [*imports["db_slice"]["endpoints"],
+                                objects.endpoint(["10.245.1.3"], hostname="db-2")]
+    started = time.monotonic()
+    api.apply(ready_slice)
+    wait_for(lambda: "10.245.1.3" in dig(cluster, "+short", f"db.{DEMO}.svc.{ZONE}").split(), 30,
+             "the new endpoint", 0.2)
+    slice_seen = time.monotonic() - started
+    assert import_seen <= CHANGE_BUDGET + 1.5, import_seen  # + one dig/exec round trip
+    assert slice_seen <= CHANGE_BUDGET + 1.5, slice_seen
+
+
+def test_helm_install_runs_ready_after_sync_non_root_read_only(cluster: Cluster, client: str,
+                                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The documented Helm path, after removing the kustomize install (one or the other, not both)."""
+    kubectl(cluster, "delete", "-k", str(kustomize_overlay(tmp_path_factory.mktemp("overlay-delete"))), "--wait=true",
+            timeout=180)
+    helm = cache_dir() / "bin" / "helm"
+    proc = subprocess.run([str(helm), f"--kubeconfig={cluster.kubeconfig}", "install", "mcsdns",
+                           str(ROOT / "deploy" / "helm" / "mcsdns"), "--namespace", NS, "--create-namespace",
+                           "--set", f"image.repository={IMAGE.split(':')[0]}", "--set", "image.tag=dev",
+                           "--wait", "--timeout=180s"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kubectl(cluster, "label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
+    rollout(cluster, NS)
+    check_pods(cluster, NS)
+    point_coredns_at(cluster, service_ip(cluster, NS), tmp_path_factory.mktemp("corefile-helm"))
+    wait_for(lambda: dig(cluster, "+short", f"web.{DEMO}.svc.{ZONE}").split() == ["10.245.0.11"], 60,
+             "the stub zone answering from the Helm release")
+
+
+class QueryLoop:
+    """dig in the client pod, back to back, until stopped; counts answers that are not the wanted one.
+
+    One try per query with glibc's first timeout (5 s): a dropped query is a failure (no retry
+    hides it). Before point_coredns_at waited for CoreDNS's old pods to finish their lameduck, 2
+    runs of 5 lost 1 query in ~400 through the stub zone (a timeout, once an empty answer), both a
+    few seconds after CoreDNS's own rollout, as this test's rollout began and before any mcsdns
+    pod was stopping.
+    """
+
+    def __init__(self, cl: Cluster, tag: str, dig_args: str, want: str) -> None:
+        self.cl, self.stop_file = cl, f"/tmp/stop-{tag}"
+        script = (f"ok=0; bad=0; while [ ! -f {self.stop_file} ]; do a=$(dig +time=5 +tries=1 +short {dig_args}); "
+                  f"if [ \"$a\" = \"{want}\" ]; then ok=$((ok+1)); else bad=$((bad+1)); echo \"BAD {tag} $(date +%T) $a\"; fi; "
+                  f"done; echo \"ok=$ok bad=$bad\"; rm -f {self.stop_file}")
+        self.proc = subprocess.Popen(
+            [str(cl.bin["kubectl"]), f"--kubeconfig={cl.kubeconfig}", "-n", CLIENT_NS, "exec", "client", "--",
+             "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def stop(self) -> tuple[int, int, str]:
+        sh(self.cl, f"touch {self.stop_file}")
+        out, _ = self.proc.communicate(timeout=30)
+        m = re.search(r"ok=(\d+) bad=(\d+)", out)
+        assert m, out
+        return int(m[1]), int(m[2]), out
+
+
+def test_rollout_restart_and_pod_deletion_lose_no_query(cluster: Cluster, client: str) -> None:
+    """Both through the stub zone (mostly CoreDNS's cache) and straight at the mcsdns Service (every
+    query reaches an mcsdns pod): readiness, lameduck, surge and the PDB must hide every restart."""
+    name = f"web.{DEMO}.svc.{ZONE}"
+    loops = [QueryLoop(cluster, "stub", name, "10.245.0.11"),
+             QueryLoop(cluster, "direct", f"@{service_ip(cluster, NS)} {name}", "10.245.0.11")]
+    steps = []
+    time.sleep(3)
+    steps.append(f"{time.strftime('%T')} rollout restart")
+    kubectl(cluster, "-n", NS, "rollout", "restart", "deployment/mcsdns")
+    rollout(cluster, NS)
+    victim = pods(cluster, NS)[0]["metadata"]["name"]
+    steps.append(f"{time.strftime('%T')} delete pod {victim}")
+    kubectl(cluster, "-n", NS, "delete", "pod", victim, "--wait=true", timeout=60)
+    steps.append(f"{time.strftime('%T')} deleted")
+    rollout(cluster, NS)
+    time.sleep(3)
+    results = [loop.stop() for loop in loops]
+    events = kubectl(cluster, "-n", NS, "get", "events", "--sort-by=.lastTimestamp")
+    for ok, bad, out in results:
+        assert bad == 0 and ok > 20, "\n".join([out, *steps, events])
+
+
+def test_a_missing_rbac_rule_keeps_new_pods_unready_with_the_reason_and_old_ones_answering(cluster: Cluster,
+                                                                                         client: str) -> None:
+    """Bad input a user can make: the ClusterRoleBinding is gone. A restarted pod says why in its
+    log and /ready (troubleshooting.md's table maps it to the fix) and never turns Ready; the old
+    pods keep answering (maxUnavailable 0); restoring the binding finishes the rollout."""
+    binding = json.loads(kubectl(cluster, "get", "clusterrolebinding", "mcsdns", "-o", "json"))
+    kubectl(cluster, "delete", "clusterrolebinding", "mcsdns")
+    try:
+        old = {p["metadata"]["name"] for p in pods(cluster, NS)}
+        kubectl(cluster, "-n", NS, "rollout", "restart", "deployment/mcsdns")
+
+        def new_pod_log() -> tuple[str, str] | None:
+            for pod in pods(cluster, NS):
+                name = pod["metadata"]["name"]
+                if name not in old and pod["status"].get("phase") == "Running":
+                    log = cluster.kubectl("-n", NS, "logs", name, check=False).stdout
+                    if "cannot list: forbidden" in log:
+                        return name, log
+            return None
+
+        name, log = wait_for(new_pod_log, 60, "a new pod logging the missing permission")
+        assert "system:serviceaccount:mcsdns:mcsdns" in log and "not ready, retrying" in log, log
+        probe = ("import urllib.request as u\n"
+                 "try: print(u.urlopen('http://127.0.0.1:9153/ready').status)\n"
+                 "except Exception as e: print(getattr(e, 'code', e), e.read().decode() if hasattr(e, 'read') else '')")
+        # The admin listener opens after --startup-timeout (5 s) when the list does not succeed.
+        ready = wait_for(lambda: (out := cluster.kubectl("-n", NS, "exec", name, "--", "python", "-c", probe,
+                                                         check=False).stdout).startswith("503") and out,
+                         30, "/ready answering 503")
+        assert "forbidden" in ready, ready
+        pod = next(p for p in pods(cluster, NS) if p["metadata"]["name"] == name)
+        assert next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")["status"] == "False"
+        assert dig(cluster, "+short", f"@{service_ip(cluster, NS)}", f"web.{DEMO}.svc.{ZONE}").split() == ["10.245.0.11"]
+    finally:
+        for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+            binding["metadata"].pop(key, None)
+        kubectl(cluster, "apply", "-f", "-", input=json.dumps(binding))
+    rollout(cluster, NS)  # the unready pod recovers by itself (no restart) and the rollout completes
+    log = kubectl(cluster, "-n", NS, "logs", name)
+    assert "recovered" in log and "synced" in log, log

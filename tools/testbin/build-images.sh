@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build the container images of testsupport/cluster.py's one-node cluster with
+# buildah, without any registry (none is reachable from the test machines):
+#
+#   localhost/pause:dev      the sandbox image, from build-node.sh's static pause
+#   localhost/coredns:dev    the cluster DNS, from build.sh's CoreDNS binary
+#   localhost/dnsutils:dev   a client pod with dig and kdig (Debian bookworm)
+#   localhost/mcsdns:dev     the project's own Containerfile, with BASE set to a
+#                            Debian bookworm + python3 made here by mmdebstrap in
+#                            place of the unreachable python:3.12-slim
+#
+# Each lands as an OCI archive in $cache/images/NAME-HASH.tar (HASH covers the
+# image's inputs, so a changed binary, package list or source tree rebuilds it)
+# with NAME.tar linking the current one; cluster.py imports those into
+# containerd. Needs root, buildah and mmdebstrap. Prints the images dir last.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${MCSDNS_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcsdns/testbin}
+bin="$cache/bin"
+out="$cache/images"
+mkdir -p "$out"
+suite=bookworm
+mirror=http://deb.debian.org/debian
+
+for tool in buildah mmdebstrap; do
+    command -v "$tool" >/dev/null || { echo "$tool is not installed (apt-get install $tool; .ci/run installs it)" >&2; exit 1; }
+done
+for name in pause coredns; do
+    [ -x "$bin/$name" ] || { echo "$bin/$name is missing: run tools/testbin/build.sh and build-node.sh first" >&2; exit 1; }
+done
+
+fresh() {  # fresh NAME HASH: true (and links NAME.tar) when the archive for HASH exists
+    if [ -f "$out/$1-$2.tar" ]; then ln -sfn "$1-$2.tar" "$out/$1.tar"; return 0; fi
+    return 1
+}
+
+commit() {  # commit CONTAINER NAME HASH: write the OCI archive, link it, drop the container
+    buildah commit -q --rm "$1" "oci-archive:$out/$2-$3.tar.tmp:localhost/$2:dev" >/dev/null
+    mv "$out/$2-$3.tar.tmp" "$out/$2-$3.tar"
+    ln -sfn "$2-$3.tar" "$out/$2.tar"
+    echo "built localhost/$2:dev ($(du -h "$out/$2-$3.tar" | cut -f1))" >&2
+}
+
+from_binary() {  # from_binary NAME: a scratch image holding one static binary as its entrypoint
+    local name=$1 h c
+    h=$(sha256sum "$bin/$name" | cut -c1-16)
+    fresh "$name" "$h" && return
+    c=$(buildah from scratch)
+    buildah copy -q "$c" "$bin/$name" "/$name" >/dev/null
+    buildah config --entrypoint "[\"/$name\"]" "$c"
+    commit "$c" "$name" "$h"
+}
+
+debian() {  # debian NAME PACKAGES CMD: a minbase Debian with PACKAGES, committed as NAME
+    local name=$1 packages=$2 cmd=$3 h c tar
+    h=$(printf '%s\n' "$suite" "$mirror" "$packages" "$cmd" | sha256sum | cut -c1-16)
+    fresh "$name" "$h" && return
+    tar="$out/$name-$h.rootfs.tar"
+    mmdebstrap --quiet --variant=minbase --include="$packages" \
+        --dpkgopt='path-exclude=/usr/share/{doc,man,info,locale}/*' \
+        --dpkgopt='path-include=/usr/share/locale/locale.alias' \
+        --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+        "$suite" "$tar" "$mirror"
+    c=$(buildah from scratch)
+    buildah add -q "$c" "$tar" / >/dev/null
+    rm -f "$tar"
+    buildah config --cmd "$cmd" "$c"
+    commit "$c" "$name" "$h"
+}
+
+from_binary pause
+from_binary coredns
+debian dnsutils "bind9-dnsutils,knot-dnsutils" "sleep infinity"
+debian mcsdns-base "python3,python3-venv,python-is-python3,passwd" "python"
+
+# The project's own Containerfile on that base; rebuilt when it or the package changes.
+h=$( (cd "$repo" && sha256sum Containerfile pyproject.toml README.md "$out/mcsdns-base.tar" \
+        $(find mcsdns -type f -not -name '*.pyc' | sort)) | sha256sum | cut -c1-16)
+if ! fresh mcsdns "$h"; then
+    base=localhost/mcsdns-base:dev
+    buildah pull -q "oci-archive:$out/mcsdns-base.tar" >/dev/null
+    # The host's pip configuration and CA bundle, read-only and only while building (not in the
+    # image): pip then reaches PyPI the way the host's pip does (e.g. through a TLS proxy).
+    mounts=()
+    for f in /etc/pip.conf /etc/ssl/certs/ca-certificates.crt; do
+        if [ -f "$f" ]; then mounts+=(-v "$f:$f:ro"); fi
+    done
+    buildah bud -q --isolation=chroot --layers=false --build-arg "BASE=$base" "${mounts[@]}" \
+        -f "$repo/Containerfile" -t localhost/mcsdns:dev "$repo" >/dev/null
+    buildah push -q localhost/mcsdns:dev "oci-archive:$out/mcsdns-$h.tar.tmp:localhost/mcsdns:dev"
+    mv "$out/mcsdns-$h.tar.tmp" "$out/mcsdns-$h.tar"
+    ln -sfn "mcsdns-$h.tar" "$out/mcsdns.tar"
+    buildah rmi localhost/mcsdns:dev "$base" >/dev/null
+    echo "built localhost/mcsdns:dev ($(du -h "$out/mcsdns-$h.tar" | cut -f1))" >&2
+fi
+echo "$out"

@@ -1,0 +1,3 @@
+module mcsdns.local/testbin/pause
+
+go 1.24.0
