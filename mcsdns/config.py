@@ -227,8 +227,6 @@ class Config:
         return self
 
     def _check_transfers(self) -> None:
-        from .tsigkey import KeyFileError, load_key
-
         try:
             transfer_networks(self.transfer_to)
         except ValueError as exc:
@@ -236,6 +234,8 @@ class Config:
         if self.notify and not self.transfer_to:
             raise ConfigError("--notify needs --transfer-to (the secondaries must be allowed to transfer)")
         if self.tsig_key_file is not None:
+            from .tsigkey import KeyFileError, load_key  # (dnspython's TSIG: loaded only when a key is given)
+
             if not self.transfer_to:
                 raise ConfigError("--tsig-key-file needs --transfer-to (who may transfer): without it transfers are off")
             try:

@@ -76,7 +76,7 @@ debian dnsutils "bind9-dnsutils,knot-dnsutils" "sleep infinity"
 debian mcsdns-base "python3,python3-venv,python-is-python3,passwd" "python"
 
 # The project's own Containerfile on that base; rebuilt when it or the package changes.
-h=$( (cd "$repo" && sha256sum Containerfile pyproject.toml README.md "$out/mcsdns-base.tar" \
+h=$( (cd "$repo" && sha256sum Containerfile pyproject.toml README.md deploy/base/mcsdns.flags "$out/mcsdns-base.tar" \
         $(find mcsdns -type f -not -name '*.pyc' | sort)) | sha256sum | cut -c1-16)
 if ! fresh mcsdns "$h"; then
     base=localhost/mcsdns-base:dev
