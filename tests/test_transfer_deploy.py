@@ -20,7 +20,7 @@ import dns.rcode
 import dns.tsig
 import dns.zone
 
-from test_deploy import with_component
+from test_deploy import served_command, with_component
 from test_helm import by_kind, parse_flags, render
 from testsupport.serverproc import Server
 
@@ -39,8 +39,8 @@ def serve_and_transfer(command: list[str], flags: list[str], args: list[str], tm
     flags_file.write_text(shlex.join(f for f in flags if f.split("=", 1)[0] not in dropped) + "\n")
     server = Server()
     local = [a.replace(MOUNTED, str(key)) for a in args]
-    server.argv = [sys.executable, "-c", command[2], str(flags_file), *local, f"--listen=127.0.0.1:{server.dns_port}",
-                   f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0"]
+    server.argv = served_command(command, flags_file, *local, f"--listen=127.0.0.1:{server.dns_port}",
+                                 f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0")
     with server:
         zone = dns.zone.Zone(ZONE, relativize=False)
         query = dns.message.make_query(ZONE, "AXFR")
