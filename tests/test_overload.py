@@ -200,7 +200,7 @@ def test_one_client_holding_thousands_of_connections_locks_nobody_out(manifests,
     The full figures, beside CoreDNS: python -m benchmarks.tcp_hold."""
     import multiprocessing as mp
 
-    from benchmarks.tcp_hold import PAYLOADS, hold, probe, raise_open_files
+    from testsupport.tcpclients import PAYLOADS, hold, probe, raise_open_files
 
     raise_open_files(connections + 1024)
     with serve(manifests, *flags) as s:

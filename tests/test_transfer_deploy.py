@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import shlex
-import sys
 from pathlib import Path
 
 import dns.message
