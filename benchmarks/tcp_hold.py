@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import sys
 import tempfile
 import threading
@@ -40,43 +39,23 @@ import yaml
 from benchmarks import provenance
 from benchmarks.servers import CoreDns, Mcsdns, Server
 from mcsdns.sources.manifests import default_paths
-from testsupport.tcpclients import PAYLOADS, QNAME, hold, pipelined, probe, raise_open_files
+from testsupport import tcpclients
+from testsupport.tcpclients import PAYLOADS, QNAME, pipelined, raise_open_files
 
 # --------------------------------------------------------------------------- one attack on one server
 
 
 def attack(server: Server, connections: int, sources: int, seconds: float, mode: str) -> dict[str, Any]:
-    ctx = mp.get_context("fork")
-    report = ctx.Queue()
-    payloads = PAYLOADS if mode == "hold" else (pipelined(),)
-    holder = ctx.Process(target=hold, args=(("127.0.0.1", server.port), connections, sources, seconds + 12, report,
-                                            payloads), daemon=True)
-    rss: list[float] = []
-    stop = threading.Event()
+    rss = [server.rss_mb()]
 
-    def sample() -> None:
+    def sample(stop: threading.Event) -> None:
         while not stop.wait(0.5):
             rss.append(server.rss_mb())
 
-    rss.append(server.rss_mb())
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    holder.start()
-    try:
-        _, up_after, connected = report.get(timeout=30)
-        probed = probe(server.port, seconds)
-    finally:
-        stop.set()
-        sampler.join()
-    _, held = report.get(timeout=60)
-    holder.join(10)
-    if holder.is_alive():
-        holder.kill()
-    return {
-        "server": server.label, "mode": mode, "connections": connections, "sources": sources, "seconds": seconds,
-        "holder_up_after_s": round(up_after, 2), "holder_connected_at_start": connected, **held,
-        **probed, "rss_mb_before": round(rss[0], 1), "rss_mb_max": round(max(rss), 1),
-    }
+    payloads = PAYLOADS if mode == "hold" else (pipelined(),)
+    result = tcpclients.attack(("127.0.0.1", server.port), connections, sources, seconds, payloads, beside=sample)
+    return {"server": server.label, "mode": mode, "connections": connections, "sources": sources, "seconds": seconds,
+            **result, "rss_mb_before": round(rss[0], 1), "rss_mb_max": round(max(rss), 1)}
 
 
 # --------------------------------------------------------------------------- set-up and report

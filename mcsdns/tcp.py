@@ -243,9 +243,13 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def write(self, reply: bytes) -> None:
+        """One reply, framed; dropped once the connection is closing."""
+        self.send(U16.pack(len(reply)) + reply)
+
+    def send(self, framed: bytes) -> None:
         transport = self.transport
         if transport is not None and not transport.is_closing():
-            transport.write(U16.pack(len(reply)) + reply)
+            transport.write(framed)
 
     def hold(self) -> None:
         """Read no queries until `release` (a zone transfer's messages go out one response at a time)."""
@@ -305,9 +309,7 @@ class Stream:
         self.conn = conn
 
     def write(self, framed: bytes) -> None:
-        transport = self.conn.transport
-        if transport is not None and not transport.is_closing():
-            transport.write(framed)
+        self.conn.send(framed)
 
     async def drain(self) -> None:
         conn = self.conn

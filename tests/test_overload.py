@@ -198,45 +198,31 @@ def test_one_client_holding_thousands_of_connections_locks_nobody_out(manifests,
     client's TCP queries, each on a new connection, are answered within 1 s, UDP is unaffected, and so is
     /ready. (Before, the first 1000 connections kept the table and 2 TCP queries in 61 were answered.)
     The full figures, beside CoreDNS: python -m benchmarks.tcp_hold."""
-    import multiprocessing as mp
-
-    from testsupport.tcpclients import PAYLOADS, hold, probe, raise_open_files
+    from testsupport.tcpclients import PAYLOADS, attack, raise_open_files
 
     raise_open_files(connections + 1024)
     with serve(manifests, *flags) as s:
-        ctx = mp.get_context("fork")
-        report = ctx.Queue()
         payloads = PAYLOADS if mode == "hold" else (frame(make_query(MAIN[2])) * 100,)
-        holder = ctx.Process(target=hold, args=(s.addr, connections, sources, 22.0, report, payloads), daemon=True)
-        holder.start()
         ready: list[float] = []
 
-        def probe_ready() -> None:
+        def probe_ready(stop: threading.Event) -> None:
             for _ in range(16):
                 started = time.monotonic()
-                ready.append(time.monotonic() - started if s.http("/ready")[0] == 200 else 99.0)
-                time.sleep(0.5)
+                ok = s.http("/ready")[0] == 200
+                ready.append(time.monotonic() - started if ok else 99.0)
+                if stop.wait(0.5):
+                    break
 
-        try:
-            _, up_after, connected = report.get(timeout=30)
-            prober = threading.Thread(target=probe_ready)
-            prober.start()
-            probed = probe(s.dns_port, 8.0, qname=MAIN[2].qname, qtype=MAIN[2].qtype)
-            prober.join()
-            _, held = report.get(timeout=40)
-        finally:
-            holder.join(5)
-            if holder.is_alive():
-                holder.kill()
+        result = attack(s.addr, connections, sources, 8.0, payloads, MAIN[2].qname, MAIN[2].qtype, beside=probe_ready)
         closed = {r: metric(s, "mcsdns_tcp_connections_closed_total", reason=r) for r in ("evicted", "first_query_timeout")}
         tcp_queries = metric(s, "coredns_dns_requests_total", proto="tcp")
-        print(f"\nholder: {connected} up after {up_after:.1f}s, {held}; TCP {probed['tcp']}; UDP {probed['udp']}; "
+        print(f"\n{result}; "
               f"/ready {max(ready):.3f}s at most; server closed {closed}; {tcp_queries:.0f} TCP queries; "
               f"RSS {rss_mb(s.proc.pid):.1f} MB")
-        assert probed["tcp"]["answered_pct"] >= 99, probed["tcp"]
-        assert probed["udp"]["answered_pct"] >= 99, probed["udp"]
+        assert result["tcp"]["answered_pct"] >= 99, result["tcp"]
+        assert result["udp"]["answered_pct"] >= 99, result["udp"]
         assert max(ready) < 1.0, f"/ready took {max(ready):.2f}s (99: not 200)"
-        assert held["held_median"] >= min(connections, 500) * 0.8, "the holder did not hold its connections"
+        assert result["held_median"] >= min(connections, 500) * 0.8, "the holder did not hold its connections"
         if mode == "pipeline":
             assert tcp_queries >= connections * 100 * 0.5, "the pipelined queries were not being answered"
         else:

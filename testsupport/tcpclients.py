@@ -10,6 +10,7 @@ truncated answer) and over UDP, and reports how many answers came within DEADLIN
 from __future__ import annotations
 
 import errno
+import multiprocessing as mp
 import resource
 import selectors
 import socket
@@ -17,7 +18,7 @@ import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import dns.message
 import dns.query
@@ -195,3 +196,33 @@ def probe(port: int, seconds: float, qname: str = QNAME, qtype: str = QTYPE) -> 
             "max_ms": round(1000 * ok[-1], 1) if ok else None,
         }
     return out
+
+
+def attack(server: tuple[str, int], connections: int, sources: int, seconds: float,
+           payloads: tuple[bytes, ...] = PAYLOADS, qname: str = QNAME, qtype: str = QTYPE,
+           beside: Callable[[threading.Event], None] | None = None) -> dict[str, Any]:
+    """`hold` in a process of its own against `server`; once its connections are up, `probe` for
+    `seconds`, with `beside(stop)` running in a thread meanwhile (until `stop` is set). The holder's
+    start and final counts, and the probe's figures."""
+    ctx = mp.get_context("fork")
+    report = ctx.Queue()
+    holder = ctx.Process(target=hold, args=(server, connections, sources, seconds + 12, report, payloads), daemon=True)
+    holder.start()
+    stop = threading.Event()
+    side = threading.Thread(target=beside, args=(stop,), daemon=True) if beside is not None else None
+    try:
+        _, up_after, connected = report.get(timeout=30)
+        if side is not None:
+            side.start()
+        try:
+            probed = probe(server[1], seconds, qname, qtype)
+        finally:
+            stop.set()
+            if side is not None:
+                side.join()
+        _, held = report.get(timeout=seconds + 40)
+    finally:
+        holder.join(10)
+        if holder.is_alive():
+            holder.kill()
+    return {"holder_up_after_s": round(up_after, 2), "holder_connected_at_start": connected, **held, **probed}
