@@ -18,18 +18,19 @@ from typing import Any
 
 DEFAULT_SERVER = "http://127.0.0.1:9153"
 TIMEOUT = 5.0
+VIA_TIMEOUT = 10.0  # /explain with `via` waits up to 3 s for the other DNS server
 
 
 class ClientError(Exception):
     """The server could not be asked, or refused the question; the message says which."""
 
 
-def fetch(server: str, path: str, params: dict[str, str] | None = None) -> dict:
+def fetch(server: str, path: str, params: dict[str, str] | None = None, timeout: float = TIMEOUT) -> dict:
     """GET `server``path`?params and decode its JSON; ClientError with a readable reason otherwise."""
     base = server if "://" in server else f"http://{server}"
     url = base.rstrip("/") + path + ("?" + urllib.parse.urlencode(params) if params else "")
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT) as r:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             body = r.read()
     except urllib.error.HTTPError as e:
         detail = e.read().decode(errors="replace")
@@ -90,6 +91,10 @@ def explain_text(doc: dict) -> str:
     rcode = doc["rcode"] or "forwarded"
     lines = [f"{doc['name']} {doc['type']}: {rcode}", doc["reason"]]
     lines += doc["answer"]
+    via = doc.get("via")
+    if via:
+        lines.append(f"via {via['server']}: {via['rcode'] or 'no answer'} ({via['verdict']})")
+        lines.append(via["reason"])
     return "\n".join(lines)
 
 
@@ -108,10 +113,16 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(run=run_imports)
     e = sub.add_parser("explain", help="why a name answers what it answers (the server's /explain)",
                        description="Ask a running mcsdns one question and print its rcode, why, and the records. "
-                       "The rcode and records are the server's real DNS reply.")
+                       "The rcode and records are the server's real DNS reply. Then, when the server runs in a pod "
+                       "(or with --via), the same question goes to the cluster's DNS, and a last line says whether "
+                       "the name reaches mcsdns from pods, and the fix when it does not (the stub zone).")
     e.add_argument("name", metavar="NAME", help="e.g. web.demo.svc.clusterset.local")
     e.add_argument("type", metavar="TYPE", nargs="?", default="A", help="query type (default A)")
     e.add_argument("--server", metavar="URL", default=DEFAULT_SERVER, help=server_help)
+    e.add_argument("--via", metavar="ADDR", default="auto",
+                   help="also ask this DNS server and say whether it brings the name to mcsdns: `cluster` (the first "
+                   "nameserver of the mcsdns server's /etc/resolv.conf: in its pod, the cluster DNS every pod asks), "
+                   "`auto` (default: `cluster` when the server runs in a pod, else `none`), HOST[:PORT], or `none`")
     e.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
     e.set_defaults(run=run_explain)
 
@@ -128,7 +139,8 @@ def run_imports(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     try:
-        doc = fetch(args.server, "/explain", {"name": args.name, "type": args.type})
+        doc = fetch(args.server, "/explain", {"name": args.name, "type": args.type, "via": args.via},
+                    timeout=VIA_TIMEOUT)
     except ClientError as exc:
         print(f"mcsdns explain: {exc}", file=sys.stderr)
         return 1

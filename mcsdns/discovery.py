@@ -35,6 +35,7 @@ from . import vocab
 from .admin import JSON, Response, Route
 from .names import Kind, Request, parse
 from .objects import LABEL_SOURCE_CLUSTER, EndpointSlice, Port, ServiceImport
+from .pathcheck import BadVia, PathCheck, parse_via
 from .resolve import Forward, Resolver
 from .table import QTYPE_IN, Table
 from .wire import encode_labels, split_labels
@@ -163,6 +164,7 @@ class Discovery:
         self.resolver = resolver
         self.rejections = rejections
         self.readiness = readiness
+        self.pathcheck = PathCheck()
 
     def routes(self) -> dict[str, Route]:
         """The two routes; with discovery off, each answers 404 saying so (not the admin's bare
@@ -242,6 +244,10 @@ class Discovery:
     # ----------------------------------------------------------------- /explain
 
     def explain(self, name: str, qtype_text: str = "A") -> dict:
+        return self._explain(name, qtype_text)[0]
+
+    def _explain(self, name: str, qtype_text: str) -> tuple[dict, dnslib.DNSRecord | None]:
+        """The /explain document, and mcsdns's reply (None: outside the zones) for the `via` check."""
         labels = parse_name(name)
         qtype = parse_type(qtype_text)
         reply = self.resolver.handle(query_packet(labels, qtype), tcp=True)
@@ -251,7 +257,7 @@ class Discovery:
         outside = self.table.zone_of(encode_labels(lowered) + b"\0") is None
         if isinstance(reply, Forward) or reply is None:  # None: never for a well-formed query
             return {"name": fqdn, "type": tname, "rcode": None, "answer": [], "additional": [],
-                    "reason": self._outside(fqdn, "it is forwarded to the upstream nameservers (--upstream)")}  # fmt: skip
+                    "reason": self._outside(fqdn, "it is forwarded to the upstream nameservers (--upstream)")}, None  # fmt: skip
         msg = dnslib.DNSRecord.parse(reply)
         rcode = dnslib.RCODE.get(msg.header.rcode, str(msg.header.rcode))
         answer = [zone_line(rr) for rr in msg.rr]
@@ -266,28 +272,47 @@ class Discovery:
             "answer": answer,
             "additional": [zone_line(rr) for rr in msg.ar if rr.rtype != 41],
             "reason": reason,
-        }
+        }, None if outside else msg
+
+    async def explain_via(self, name: str, qtype_text: str = "A", via_text: str = "") -> dict:
+        """explain(), plus (with `via`) what the DNS pods use answers and whether it reaches mcsdns (pathcheck.py)."""
+        doc, msg = self._explain(name, qtype_text)
+        via = parse_via(via_text)
+        qtype = parse_type(qtype_text)
+        if via is not None and msg is not None and qtype not in (vocab.AXFR, vocab.IXFR):
+            labels = parse_name(name)
+            zone_name = self.zone_name(tuple(label.lower() for label in labels))
+            apex = self.resolver.handle(query_packet(tuple(zone_name.split(".")), vocab.SOA), tcp=True)
+            zone_soa = dnslib.DNSRecord.parse(apex) if isinstance(apex, bytes) else None
+            doc["via"] = await self.pathcheck.check(via, query_packet(labels, qtype), msg, zone_name, zone_soa)
+        return doc
 
     def _outside(self, fqdn: str, what: str) -> str:
         return f"{fqdn} is outside the zones served here ({', '.join(self.table.config.zones)}): {what}"
 
-    def _explain_route(self, params: dict[str, list[str]]) -> Response:
+    async def _explain_route(self, params: dict[str, list[str]]) -> Response:
         names = params.get("name") or [""]
         types = params.get("type") or ["A"]
-        if len(names) > 1 or len(types) > 1:
-            return _json(400, {"error": "give one name and at most one type"})
+        vias = params.get("via") or [""]
+        if len(names) > 1 or len(types) > 1 or len(vias) > 1:
+            return _json(400, {"error": "give one name, at most one type and at most one via"})
         try:
-            return _json(200, self.explain(names[0], types[0]))
-        except BadQuestion as exc:
+            return _json(200, await self.explain_via(names[0], types[0], vias[0]))
+        except (BadQuestion, BadVia) as exc:
             return _json(400, {"error": str(exc)})
 
     # ----------------------------------------------------------------- the reason
 
+    def zone_name(self, lowered: tuple[str, ...]) -> str:
+        """The served zone (longest match) the lower-cased name is in."""
+        zones = self.table.config.zones
+        return next((z for z in sorted(zones, key=len, reverse=True)
+                     if lowered[-len(z.split(".")):] == tuple(z.split("."))), zones[0])  # fmt: skip
+
     def reason(self, lowered: tuple[str, ...], qtype: int, rcode: str, answers: int) -> str:
         """One sentence on why (lowered labels, qtype) got `rcode` with `answers` records."""
         table = self.table
-        zname = next((z for z in sorted(table.config.zones, key=len, reverse=True)
-                      if lowered[-len(z.split(".")):] == tuple(z.split("."))), table.config.zones[0])  # fmt: skip
+        zname = self.zone_name(lowered)
         labels = lowered[: len(lowered) - len(zname.split("."))]
         tname = type_name(qtype)
         if rcode == "SERVFAIL" and not table.synced:

@@ -31,6 +31,7 @@ from testsupport.cluster import (
     DNS_SERVICE_IP,
     KUBELET_HEALTHZ_PORT,
     MCSDNS_IMAGE as IMAGE,
+    NODE_LOCAL_DNS_IP,
     Cluster,
     ClusterError,
     client_sh,
@@ -38,6 +39,7 @@ from testsupport.cluster import (
     kustomize_overlay,
     point_coredns_at,
     preflight,
+    run_node_local_dns,
     start_client,
 )
 from testsupport.testbed import testbin_cache as cache_dir
@@ -78,6 +80,8 @@ def assert_nothing_left(cl: Cluster) -> None:
     """After `down`: no process, device, mount, cgroup or rule of the cluster remains."""
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "mcsdns-node" not in links and "mcsdns-cni0" not in links, links
+    lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
+    assert NODE_LOCAL_DNS_IP not in lo, lo
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(cl.dir) not in mounts
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
@@ -393,3 +397,79 @@ def test_a_missing_rbac_rule_keeps_new_pods_unready_with_the_reason_and_old_ones
     rollout(cluster, NS)  # the unready pod recovers by itself (no restart) and the rollout completes
     log = kubectl(cluster, "-n", NS, "logs", name)
     assert "recovered" in log and "synced" in log, log
+
+
+# --------------------------------------------------------------------------- a broken stub zone, named
+
+
+def pod_explain(cl: Cluster, *args: str) -> str:
+    """`mcsdns explain ARGS` in an mcsdns pod (its admin port is the default --server there); by
+    default (--via auto) the server also asks its pod's resolv.conf nameserver: the cluster DNS."""
+    return kubectl(cl, "-n", NS, "exec", "deploy/mcsdns", "--", "mcsdns", "explain", *args)
+
+
+def test_explain_names_a_missing_or_wrong_stub_zone_and_its_fix(cluster: Cluster, client: str, imports: dict,
+                                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The two ways users break the path: CoreDNS never got the stub zone, or it forwards to an
+    address where no mcsdns answers (10.96.200.200: in the Service range, no Service). `dig @mcsdns`
+    works in both; `mcsdns explain` says the cluster's DNS does not forward the zone, and the fix."""
+    web = f"web.{DEMO}.svc.{ZONE}"
+    fix = f"does not forward {ZONE} to mcsdns: add the stub zone (docs/install.md"
+    good = json.loads(pod_explain(cluster, web, "-o", "json"))
+    assert good["rcode"] == "NOERROR" and good["answer"], good
+    ips = sorted(line.split()[-1] for line in good["answer"])
+    via = good["via"]
+    assert via["server"] == f"{DNS_SERVICE_IP}:53" and via["source"] == "/etc/resolv.conf", via
+    assert via["verdict"] == "same" and via["answer"] == [f"a {ip}" for ip in ips], via
+    try:
+        for case, target in (("no stub zone", None), ("a wrong address", "10.96.200.200")):
+            point_coredns_at(cluster, target, tmp_path_factory.mktemp("corefile-broken"))
+            # Pods are indeed left without the answer (dig exits 9 when no reply comes).
+            assert client_sh(cluster, f"dig +time=2 +tries=1 +short {web}", check=False).stdout.split() != ips, case
+            assert sorted(dig(cluster, "+short", f"@{service_ip(cluster, NS)}", web).split()) == ips, case
+            lines = pod_explain(cluster, web).splitlines()
+            assert lines[0] == f"{web}. A: NOERROR", (case, lines)
+            assert lines[-2].startswith(f"via {DNS_SERVICE_IP}:53: ") and "(not_forwarded)" in lines[-2], (case, lines)
+            assert fix in lines[-1], (case, lines)
+    finally:
+        point_coredns_at(cluster, service_ip(cluster, NS), tmp_path_factory.mktemp("corefile-fixed"))
+    wait_for(lambda: sorted(dig(cluster, "+short", web).split()) == ips, 60, "the stub zone answering again")
+    assert json.loads(pod_explain(cluster, web, "-o", "json"))["via"]["verdict"] == "same"
+
+
+def test_node_local_dns_cache_needs_the_documented_block_and_resolves_with_it(cluster: Cluster, client: str,
+                                                                            imports: dict) -> None:
+    """docs/install.md's NodeLocal DNSCache: node-local-dns (the testbin CoreDNS as a host-network
+    DaemonSet on 169.254.20.10, an address on the node's `lo`: this kernel has no dummy device) with
+    the add-on's own Corefile sends clusterset.local out of the cluster, and `mcsdns explain --via`
+    says so; with the documented block added, a pod whose nameserver it is resolves every name form."""
+    web, db = f"web.{DEMO}.svc.{ZONE}", f"db.{DEMO}.svc.{ZONE}"
+    direct = f"@{service_ip(cluster, NS)}"
+    web_ips, db_ips = (sorted(dig(cluster, "+short", direct, name).split()) for name in (web, db))
+    assert web_ips and db_ips
+    pod = start_client(cluster, name="client-nodelocal", nameserver=NODE_LOCAL_DNS_IP)
+
+    def pod_dig(*args: str) -> list[str]:  # no reply (dig exits 9) is an empty list
+        return sorted(client_sh(cluster, "dig +time=2 +tries=2 +short " + " ".join(args), pod=pod,
+                                check=False).stdout.split())
+
+    resolv = client_sh(cluster, "cat /etc/resolv.conf", pod=pod).stdout
+    assert f"nameserver {NODE_LOCAL_DNS_IP}" in resolv and DNS_SERVICE_IP not in resolv, resolv
+    run_node_local_dns(cluster, with_mcsdns_block=False)
+    assert pod_dig(f"kubernetes.default.svc.{CLUSTER_DOMAIN}") == ["10.96.0.1"]  # the cache itself works
+    assert pod_dig(web) != web_ips  # ... but the MCS zone goes to the node's upstream, not to mcsdns
+    lines = pod_explain(cluster, web, "--via", NODE_LOCAL_DNS_IP).splitlines()
+    assert "(not_forwarded)" in lines[-2] and f"does not forward {ZONE} to mcsdns: add the stub zone" in lines[-1], lines
+    assert "NodeLocal DNSCache" in lines[-1], lines
+
+    run_node_local_dns(cluster, with_mcsdns_block=True)
+    wait_for(lambda: pod_dig(web) == web_ips, 30, "the NodeLocal DNSCache block answering")
+    assert pod_dig(db) == db_ips
+    assert pod_dig(f"db-0.c1.{db}") == ["10.245.1.1"]
+    assert pod_dig("SRV", f"_http._tcp.{web}") == sorted(["0", "100", "80", f"{web}."])
+    nx = client_sh(cluster, f"dig +noall +comments +authority nope.{DEMO}.svc.{ZONE}", pod=pod).stdout
+    assert "status: NXDOMAIN" in nx and f"ns.dns.{ZONE}. hostmaster.{ZONE}." in nx, nx
+    assert sorted(client_sh(cluster, f"kdig +tcp +short {web}", pod=pod).stdout.split()) == web_ips
+    assert client_sh(cluster, f"getent ahostsv4 web.{DEMO}", pod=pod).stdout.split()[0] in web_ips
+    via = json.loads(pod_explain(cluster, web, "--via", NODE_LOCAL_DNS_IP, "-o", "json"))["via"]
+    assert via["verdict"] == "same", via

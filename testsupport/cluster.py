@@ -114,6 +114,7 @@ class State:
         data.setdefault("sysctls", {})
         data.setdefault("cgroups", [])
         data.setdefault("netns_before", None)
+        data.setdefault("addresses", [])  # [address/prefix, device] added to the node's devices
         return cls(path, data)
 
     def save(self) -> None:
@@ -606,6 +607,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         step(lambda: _remove_nft_tables(self.state.data.get("nft_tables_before")))
         step(self._unmount)
         step(self._remove_devices)
+        step(self._remove_addresses)
         step(self._remove_cgroups)
         if self.state.data.get("created_var_lib_kubelet") and KUBELET_FIXED_DIR.exists():
             step(lambda: shutil.rmtree(KUBELET_FIXED_DIR) or [f"removed {KUBELET_FIXED_DIR}"])
@@ -726,6 +728,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             if device in names:
                 _run("ip", "link", "del", device, check=False)
                 done.append(f"deleted {device}")
+        return done
+
+    def add_address(self, cidr: str, device: str) -> None:
+        """An address on one of the machine's devices (NodeLocal DNSCache's on `lo`); `down` removes it."""
+        self.state.data["addresses"].append([cidr, device])
+        self.state.save()
+        if cidr.split("/")[0] not in _run("ip", "-o", "addr", "show", "dev", device).stdout:
+            _run("ip", "addr", "add", cidr, "dev", device)
+
+    def _remove_addresses(self) -> list[str]:
+        done = []
+        for cidr, device in self.state.data["addresses"]:
+            if f" {cidr} " in _run("ip", "-o", "addr", "show", "dev", device, check=False).stdout:
+                _run("ip", "addr", "del", cidr, "dev", device)
+                done.append(f"removed {cidr} from {device}")
+        self.state.data["addresses"] = []
         return done
 
     def _remove_cgroups(self) -> list[str]:
@@ -922,17 +940,19 @@ def kustomize_overlay(directory: Path, image: str = MCSDNS_IMAGE) -> Path:
     return directory
 
 
-def point_coredns_at(cl: Cluster, mcsdns_ip: str, directory: Path) -> None:
+def point_coredns_at(cl: Cluster, mcsdns_ip: str | None, directory: Path) -> None:
     """docs/install.md "Point CoreDNS at it": append the stub zone, replace the ConfigMap, restart.
 
     A stub zone already there (a reinstall gave mcsdns a new Service IP) is replaced, not repeated.
+    `mcsdns_ip` None: the stub zone is removed (a cluster whose CoreDNS was never pointed at mcsdns).
     """
     directory.mkdir(parents=True, exist_ok=True)
     corefile = directory / "Corefile"
     current = cl.kubectl("-n", "kube-system", "get", "configmap", "coredns", "-o",
                          "jsonpath={.data.Corefile}").stdout
     current = re.sub(r"\nclusterset\.local:53 \{.*?\n\}\n", "\n", current, flags=re.S)
-    corefile.write_text(current + f"clusterset.local:53 {{\n    errors\n    cache 5\n    forward . {mcsdns_ip}\n}}\n")
+    stub = f"clusterset.local:53 {{\n    errors\n    cache 5\n    forward . {mcsdns_ip}\n}}\n" if mcsdns_ip else ""
+    corefile.write_text(current + stub)
     manifest = cl.kubectl("-n", "kube-system", "create", "configmap", "coredns", f"--from-file={corefile}",
                           "--dry-run=client", "-o", "yaml").stdout
     cl.kubectl("replace", "-f", "-", input=manifest)
@@ -947,25 +967,102 @@ def point_coredns_at(cl: Cluster, mcsdns_ip: str, directory: Path) -> None:
         time.sleep(0.5)
 
 
-def start_client(cl: Cluster, searches: tuple[str, ...] = ("svc.clusterset.local",)) -> str:
-    """A pod with dig and kdig and the kubelet's resolv.conf (plus ``searches``); returns its name."""
+def start_client(cl: Cluster, searches: tuple[str, ...] = ("svc.clusterset.local",), name: str = "client",
+                 nameserver: str | None = None) -> str:
+    """A pod with dig and kdig and the kubelet's resolv.conf (plus ``searches``); returns its name.
+
+    ``nameserver``: dnsPolicy None with that one nameserver and the kubelet's search list, as pods
+    of a node whose kubelet points --cluster-dns at NodeLocal DNSCache get it."""
     cl.kubectl("create", "namespace", CLIENT_NAMESPACE, check=False)
+    dns_config: dict[str, Any] = {"searches": list(searches)}
+    if nameserver:
+        dns_config = {"nameservers": [nameserver], "options": [{"name": "ndots", "value": "5"}],
+                      "searches": [f"{CLIENT_NAMESPACE}.svc.{CLUSTER_DOMAIN}", f"svc.{CLUSTER_DOMAIN}",
+                                   CLUSTER_DOMAIN, *searches]}
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client", "namespace": CLIENT_NAMESPACE},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": CLIENT_NAMESPACE},
         "spec": {"containers": [{"name": "dnsutils", "image": "localhost/dnsutils:dev",
                                  "imagePullPolicy": "Never", "command": ["sleep", "infinity"]}],
                  "terminationGracePeriodSeconds": 1,
-                 "dnsConfig": {"searches": list(searches)}},
+                 **({"dnsPolicy": "None"} if nameserver else {}),
+                 "dnsConfig": dns_config},
     }
     cl.kubectl("apply", "-f", "-", input=json.dumps(pod))
-    cl.kubectl("-n", CLIENT_NAMESPACE, "wait", "--for=condition=Ready", "pod/client", "--timeout=120s", timeout=150)
-    return "client"
+    cl.kubectl("-n", CLIENT_NAMESPACE, "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s", timeout=150)
+    return name
 
 
-def client_sh(cl: Cluster, command: str, *, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess:
+def client_sh(cl: Cluster, command: str, *, check: bool = True, timeout: float = 60.0,
+              pod: str = "client") -> subprocess.CompletedProcess:
     """``sh -c command`` in the client pod."""
-    return cl.kubectl("-n", CLIENT_NAMESPACE, "exec", "client", "--", "sh", "-c", command, check=check,
+    return cl.kubectl("-n", CLIENT_NAMESPACE, "exec", pod, "--", "sh", "-c", command, check=check,
                       timeout=timeout)
+
+
+# NodeLocal DNSCache as the upstream add-on runs it (kubernetes/cluster/addons/dns/nodelocaldns): a
+# CoreDNS on every node, host network, bound to a link-local address. The add-on's node-cache binary
+# puts that address on a `dummy` device of its own (and also binds the kube-dns Service IP for its
+# iptables-interception mode); this machine's kernel has no dummy device, so the address goes on the
+# node's `lo`, the testbin CoreDNS binds it alone, and pods reach it as their nameserver -- the mode
+# where the kubelet's --cluster-dns is the link-local address.
+NODE_LOCAL_DNS_IP = "169.254.20.10"
+NODELOCAL_EXAMPLE = REPO / "deploy" / "examples" / "nodelocaldns-stub-zone.yaml"
+MCSDNS_BLOCK = re.compile(r"\n *# --- added for mcsdns.*?# --- end of the mcsdns addition[^\n]*", re.S)
+
+
+def node_local_corefile(with_mcsdns_block: bool = True) -> str:
+    """docs/install.md's NodeLocal DNSCache Corefile (deploy/examples/nodelocaldns-stub-zone.yaml),
+    its __PILLAR__ values filled in as node-local-dns would on this node; without the mcsdns block,
+    it is the add-on's own Corefile."""
+    corefile = yaml.safe_load(NODELOCAL_EXAMPLE.read_text())["data"]["Corefile"]
+    if not with_mcsdns_block:
+        corefile = MCSDNS_BLOCK.sub("", corefile)
+    for pillar, value in (("__PILLAR__DNS__DOMAIN__", CLUSTER_DOMAIN),
+                          ("__PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__", NODE_LOCAL_DNS_IP),
+                          ("__PILLAR__LOCAL__DNS__", NODE_LOCAL_DNS_IP),
+                          ("__PILLAR__CLUSTER__DNS__", DNS_SERVICE_IP),
+                          ("__PILLAR__UPSTREAM__SERVERS__", "/etc/resolv.conf")):
+        corefile = corefile.replace(pillar, value)
+    assert "__PILLAR__" not in corefile, corefile
+    return corefile
+
+
+def node_local_dns_objects(corefile: str) -> list[dict]:
+    """ConfigMap and DaemonSet `node-local-dns` in kube-system, shaped like the add-on's, image ours."""
+    labels = {"k8s-app": "node-local-dns"}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "node-local-dns", "namespace": "kube-system"},
+         "data": {"Corefile": corefile}},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet",
+         "metadata": {"name": "node-local-dns", "namespace": "kube-system", "labels": labels},
+         "spec": {
+             "selector": {"matchLabels": labels},
+             "updateStrategy": {"rollingUpdate": {"maxUnavailable": "10%"}},
+             "template": {"metadata": {"labels": labels}, "spec": {
+                 "priorityClassName": "system-node-critical",
+                 "hostNetwork": True, "dnsPolicy": "Default",
+                 "tolerations": [{"operator": "Exists"}],
+                 "containers": [{
+                     "name": "node-cache", "image": "localhost/coredns:dev", "imagePullPolicy": "Never",
+                     "args": ["-conf", "/etc/coredns/Corefile"],
+                     "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}},
+                     "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": True}],
+                     "readinessProbe": {"httpGet": {"host": NODE_LOCAL_DNS_IP, "path": "/health", "port": 8080}},
+                 }],
+                 "volumes": [{"name": "config-volume", "configMap": {
+                     "name": "node-local-dns", "items": [{"key": "Corefile", "path": "Corefile"}]}}],
+             }}}},
+    ]
+
+
+def run_node_local_dns(cl: Cluster, with_mcsdns_block: bool) -> None:
+    """Put the link-local address on `lo` (down removes it) and (re)start node-local-dns with the
+    Corefile as given; returns once the new pod is Ready."""
+    cl.add_address(f"{NODE_LOCAL_DNS_IP}/32", "lo")
+    for obj in node_local_dns_objects(node_local_corefile(with_mcsdns_block)):
+        cl.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    cl.kubectl("-n", "kube-system", "rollout", "restart", "daemonset/node-local-dns")
+    cl.kubectl("-n", "kube-system", "rollout", "status", "daemonset/node-local-dns", "--timeout=120s", timeout=150)
 
 
 # --------------------------------------------------------------------------- #
