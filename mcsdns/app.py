@@ -20,6 +20,7 @@ from .admin import Admin
 from .config import Config, advertised_addresses
 from .discovery import Discovery, Rejection
 from .metrics import Metrics, Views
+from .orphans import Orphans
 from .querylog import QueryLog, chain, errors
 from .resolve import Resolver, RoundRobinResolver
 from .sources.manifests import ManifestSource, default_paths
@@ -134,6 +135,7 @@ class App:
             if isinstance(self.source, ManifestSource):
                 self.source.load()
             self._spawn(self.source.run(self.stop_event), "source")
+            self._spawn(Orphans(self.store).run(self.stop_event), "orphans")
             if self.notifier is not None:
                 self._spawn(self.notifier.run(self.stop_event), "notify")
             if self.forwarder is not None:

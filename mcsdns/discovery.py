@@ -35,6 +35,7 @@ from . import vocab
 from .admin import JSON, Response, Route
 from .names import Kind, Request, parse
 from .objects import LABEL_SOURCE_CLUSTER, EndpointSlice, Port, ServiceImport
+from .orphans import orphan_sentence
 from .pathcheck import BadVia, PathCheck, parse_via
 from .resolve import Forward, Resolver
 from .table import QTYPE_IN, Table
@@ -383,8 +384,9 @@ class Discovery:
         if imp is None:
             if rejected is not None:
                 return f"ServiceImport {ns}/{name} was rejected: {rejected.reason}"
-            named = f" ({len(slices)} EndpointSlice(s) are labelled with it, but they need the import)" if slices else ""
-            return f"no ServiceImport {name} in namespace {ns}{named}"
+            if slices:
+                return orphan_sentence(ns, name, [sl.name for sl in slices])
+            return f"no ServiceImport {name} in namespace {ns}"
         text = self._import_reason(imp, slices, req, qtype, tname, rcode, answers)
         if rejected is not None:
             text += f"; its latest version was rejected ({rejected.reason}), the last good one is served"

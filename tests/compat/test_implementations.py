@@ -10,11 +10,13 @@ quotes, on both servers.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from mcsdns.orphans import SWEEP_SECONDS
 from testsupport.testbed import ApiError
 
 from . import compare
@@ -100,8 +102,15 @@ def test_explain_names_the_orphan_slice_and_the_import_status(loaded: tuple[Worl
 
     lh = NS["lighthouse"]
     orphan = explain(f"orphan.{lh}.svc.{ZONE}")
-    assert orphan["rcode"] == "NXDOMAIN" and orphan["reason"] == (
-        f"no ServiceImport orphan in namespace {lh} (1 EndpointSlice(s) are labelled with it, but they need the import)")
+    assert orphan["rcode"] == "NXDOMAIN" and orphan["reason"].startswith(
+        f"no ServiceImport orphan in namespace {lh} (1 EndpointSlice(s) are labelled "
+        f"multicluster.kubernetes.io/service-name=orphan: {lh}/"), orphan
+    assert orphan["reason"].endswith("; they answer nothing until the import exists)"), orphan
+    # The log says the same once, within two sweeps (mcsdns/orphans.py), and never again.
+    eventually(lambda: orphan["reason"] in world.mcsdns_all.log(), timeout=3 * SWEEP_SECONDS + 5,
+               what=lambda: world.mcsdns_all.log()[-2000:])
+    time.sleep(SWEEP_SECONDS + 1)
+    assert world.mcsdns_all.log().count(f"no ServiceImport orphan in namespace {lh}") == 1
     fresh = explain(f"fresh.{NS['mcs-api']}.svc.{ZONE}")
     assert fresh["rcode"] == "NOERROR" and fresh["answer"] == []
     assert fresh["reason"].endswith("the import is not Ready (Pending: waiting for the derived Service's IP): its "
@@ -161,3 +170,4 @@ def test_the_docs_table_is_the_fixture_list() -> None:
             for impl, name, qtype, rcode, answers in USER_VIEW if rcode == "NOERROR"]
     assert len(want) == len(USER_VIEW)
     assert [(i, n, t, a.strip()) for i, n, t, a in rows] == want
+
