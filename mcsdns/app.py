@@ -40,7 +40,7 @@ class App:
         self.store = Store()
         self.table = Table(
             TableConfig(config.zones, config.ttl, config.namespaces, advertised_addresses(config),
-                        config.local_cluster, config.reverse_cidrs),
+                        config.local_cluster, config.reverse_cidrs, config.ips_from_slices),
             self.store,
         )
         self.store.listener = self.table.on_change

@@ -85,6 +85,11 @@ def with_locality(imp: ServiceImport, slices: tuple[EndpointSlice, ...], local: 
     return Service(imp, ordered, local)
 
 
+def slice_ips(slices: tuple[EndpointSlice, ...]) -> tuple[str, ...]:
+    """The ready addresses of `slices`, each once, in slice order (--ips-from-slices)."""
+    return tuple(dict.fromkeys(addr.ip for sl in slices for addr in sl.addresses))
+
+
 def _is_local(cluster: str | None, local: str | None) -> bool:
     return cluster is not None and cluster.lower() == local
 

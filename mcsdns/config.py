@@ -125,6 +125,7 @@ class Config:
     local_cluster: str | None = None  # a cluster id or "auto" (KEP-2149 ClusterProperty): its endpoints first, SRV 0/10
     reverse_cidrs: tuple[str, ...] = ()  # serve PTR for clusterset addresses in these CIDRs' reverse zones
     dns_sd: bool = False  # DNS-SD browsing names (RFC 6763)
+    ips_from_slices: bool = False  # a ClusterSetIP import with empty spec.ips answers its slices' ready addresses
     # Zone transfers (decision 8, transfer.py): off (every AXFR/IXFR REFUSED, as CoreDNS without `transfer`) until
     # --transfer-to names who may transfer; with a TSIG key, unsigned transfer requests are refused too.
     transfer_to: tuple[str, ...] = ()

@@ -412,9 +412,21 @@ class Discovery:
         if not imp.headless:
             if rcode == "NXDOMAIN":
                 return f"{ref} (ClusterSetIP) has no ports: CoreDNS makes no names for a ClusterSetIP import without ports"
-            if answers:
-                return f"from {ref} (ClusterSetIP): its spec.ips {', '.join(imp.ips)}{port_text}"
-            return self._nodata(ref, qtype, tname, f"spec.ips are {', '.join(imp.ips) or 'empty'}")
+            if imp.ips:
+                if answers:
+                    return f"from {ref} (ClusterSetIP): its spec.ips {', '.join(imp.ips)}{port_text}"
+                return self._nodata(ref, qtype, tname, f"spec.ips are {', '.join(imp.ips)}")
+            ready = [sl for sl in slices if sl.addresses]
+            used = ", ".join(f"{sl.name} ({sl.cluster or 'no cluster label'})" for sl in ready)
+            if self.table.config.ips_from_slices:
+                if answers:
+                    return (f"from {ref} (ClusterSetIP): its spec.ips are empty, so (--ips-from-slices) the ready "
+                            f"addresses of EndpointSlice(s) {used}{port_text}")  # fmt: skip
+                return self._nodata(ref, qtype, tname, "spec.ips are empty and (--ips-from-slices) no EndpointSlice "
+                                    "of it has a ready address of that family")  # fmt: skip
+            hint = (f"; its EndpointSlice(s) {used} have ready addresses, which --ips-from-slices would answer"
+                    if ready and qtype in (vocab.A, vocab.AAAA) else "")  # fmt: skip
+            return self._nodata(ref, qtype, tname, "spec.ips are empty") + hint
         ready = [sl for sl in slices if sl.addresses]
         if answers:
             used = ", ".join(f"{sl.name} ({sl.cluster or 'no cluster label'})" for sl in ready)

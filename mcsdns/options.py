@@ -214,6 +214,14 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         doc="also answer DNS-SD browsing (RFC 6763) over the imports "
         "([What is imported here?](operate.md#what-is-imported-here))", shown_default="off"),
     Option(
+        "--ips-from-slices", "ips_from_slices", DNS,
+        help="answer a ClusterSetIP ServiceImport whose spec.ips is empty with the ready addresses of its "
+        "EndpointSlices (labelled multicluster.kubernetes.io/service-name), as if they were its IPs: for MCS "
+        "implementations that import without a clusterset IP (Lighthouse without one). An import with spec.ips is "
+        "unchanged. Off by default: such a name is NODATA, as in CoreDNS",
+        doc="a ClusterSetIP import with empty `spec.ips` answers its EndpointSlices' ready addresses "
+        "([implementations](implementations.md))", shown_default="off"),
+    Option(
         "--transfer-to", "transfer_to", DNS, metavar="CIDR", repeatable=True,
         help="allow zone transfers (AXFR, IXFR) of the served zones to clients in this network (repeatable; an address "
         "alone is its /32 or /128). The transfer holds exactly the records the query path answers, per-endpoint "

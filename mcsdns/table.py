@@ -28,7 +28,7 @@ import gc
 import logging
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Protocol, TypeVar
 
 from . import compile as zone
@@ -93,6 +93,7 @@ class TableConfig:
     ns_addresses: tuple[str, ...]
     local_cluster: str | None = None  # --local-cluster: a cluster id, "auto" (the ClusterProperty), None = off
     reverse_cidrs: tuple[str, ...] = ()  # --reverse-cidr: serve the reverse zones covering these
+    ips_from_slices: bool = False  # --ips-from-slices: empty spec.ips of a ClusterSetIP import -> its slices' addresses
 
 
 # A service's compiled answers, (lookup key, body) each, as another table rendered them; None: it has none.
@@ -152,9 +153,14 @@ class Table:
         imp = self.store.imports.get((namespace, name))
         if imp is None:
             return None
+        slices = self.store.service_slices((namespace, name))
+        if self.config.ips_from_slices and not imp.headless and not imp.ips:
+            # The one place the opt-in acts (decision 13): every answer, the plain lane, PTR and the
+            # zone file take the service from here. A slice change recompiles the service already.
+            imp = replace(imp, ips=zone.slice_ips(slices))
         if self.local is None:
-            return Service(imp, self.store.service_slices((namespace, name)))
-        return zone.with_locality(imp, self.store.service_slices((namespace, name)), self.local)
+            return Service(imp, slices)
+        return zone.with_locality(imp, slices, self.local)
 
     def _local_cluster(self) -> str | None:
         """The local cluster id in effect (lower case), or None: --local-cluster off, or auto without one."""

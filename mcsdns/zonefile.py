@@ -151,13 +151,15 @@ def run(config: Config, out: TextIO, timeout: float = 30.0) -> int:
     name = config.zones[0]
     store = load_store(config, timeout)
     ns_addresses = advertised_addresses(config)
-    table = Table(TableConfig((name,), config.ttl, config.namespaces, ns_addresses), store)
+    table = Table(TableConfig((name,), config.ttl, config.namespaces, ns_addresses,
+                              ips_from_slices=config.ips_from_slices), store)
     return write_zone(out, table, name, ns_addresses, config.describe_source())
 
 
 # The source and zone flags of `serve`, declared there; the help says what differs for a one-off print.
 ZONE_OPTIONS = options.subset(
-    ("--manifests", "--kubeconfig", "--context", "--labels", "--ttl", "--namespaces", "--ns-address"),
+    ("--manifests", "--kubeconfig", "--context", "--labels", "--ttl", "--namespaces", "--ns-address",
+     "--ips-from-slices"),
     {"--manifests": "file or directory of manifests (repeatable); default: the bundled example",
      "--kubeconfig": "list the cluster of this kubeconfig once instead",
      "--ns-address": "address(es) of ns.dns.<zone> (default: POD_IP(S), else 127.0.0.1)"},

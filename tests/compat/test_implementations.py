@@ -9,6 +9,7 @@ quotes, on both servers.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from testsupport.testbed import ApiError
 from . import compare
 from .dnsclient import UDP_EDNS, Ask
 from .generator import MCS, ZONE, Dataset, asks, names
-from .harness import SEED, World, eventually
+from .harness import SEED, CompatServer, World, eventually
 from .implementations import EXTRA_NAMES, NS, STATUSES, USER_VIEW, implementations
 from .test_differential import report, unexpected
 
@@ -171,3 +172,43 @@ def test_the_docs_table_is_the_fixture_list() -> None:
     assert len(want) == len(USER_VIEW)
     assert [(i, n, t, a.strip()) for i, n, t, a in rows] == want
 
+
+def test_ips_from_slices_answers_an_import_without_ips_and_changes_nothing_else(
+        loaded: tuple[World, Dataset]) -> None:
+    """--ips-from-slices (decision 13, off by default; test_every_name_form_same_answers holds the
+    default to CoreDNS): on another mcsdns over the same API, Lighthouse's `nginx` (ClusterSetIP,
+    empty spec.ips) answers its slices' ready address; every other answer of every implementation,
+    each name form x type x transport, stays CoreDNS's."""
+    world, ds = loaded
+    lh = NS["lighthouse"]
+    nginx = f"nginx.{lh}.svc.{ZONE}"
+    with CompatServer(world.testbed, world.workdir, "ips-from-slices", "--ips-from-slices") as on:
+        ports = (world.coredns.blocks[0].port, on.dns_port)
+        coredns, mine = (r[0] for r in compare.ask_both(ports, [Ask(f"{nginx}.", "A", UDP_EDNS, 1232)]))
+        assert (coredns.rcode, _rdata(coredns)) == ("NOERROR", ())  # CoreDNS: NODATA
+        assert (mine.rcode, _rdata(mine)) == ("NOERROR", ("10.43.0.5",)), mine.short()  # cluster2's is not ready
+        srv = compare.ask_both(ports, [Ask(f"_http._tcp.{nginx}.", "SRV", UDP_EDNS, 1232)])[1][0]
+        assert _rdata(srv) == (f"{nginx}.",) and "10.43.0.5" in " ".join(srv.additional), srv.short()
+        diffs = compare.compare("--ips-from-slices", ports, asks(names(ds) + EXTRA_NAMES, SEED + 7), ds, tally=None,
+                                record=False)
+        changed = {d.ask.qname.lower().rstrip(".") for d in unexpected(diffs)}
+        assert changed and all(q.endswith(nginx) for q in changed), report(diffs)
+        # A slice change reaches the answer: cluster2's endpoint turns ready, then back.
+        slice2 = next(o for o in ds.objects if o["kind"] == "EndpointSlice" and o["metadata"]["name"] == "nginx-cluster2-5xq2w")
+        ready2 = {**slice2, "endpoints": [{**slice2["endpoints"][0], "conditions": {"ready": True}}]}
+
+        def nginx_a() -> tuple[str, ...]:
+            return _rdata(compare.ask_both(ports, [Ask(f"{nginx}.", "A", UDP_EDNS, 1232)])[1][0])
+        try:
+            world.testbed.apply(ready2)
+            eventually(lambda: nginx_a() == ("10.43.0.5", "10.44.0.7"), timeout=10, what="cluster2's address")
+        finally:
+            world.testbed.apply(slice2)
+        eventually(lambda: nginx_a() == ("10.43.0.5",), timeout=10, what="cluster2's address gone again")
+        status, body = on.http("/explain?name=" + nginx)
+        assert status == 200 and "its spec.ips are empty, so (--ips-from-slices) the ready addresses of " \
+            "EndpointSlice(s) nginx-cluster1-5xq2w (cluster1)" in json.loads(body)["reason"], body
+    status, body = world.mcsdns_all.http("/explain?name=" + nginx)  # off: says what the flag would answer
+    assert status == 200 and json.loads(body)["reason"].startswith(
+        f"the name exists (ServiceImport {lh}/nginx) but has no IPv4 address: spec.ips are empty; its EndpointSlice(s) "
+        "nginx-cluster1-5xq2w (cluster1) have ready addresses, which --ips-from-slices would answer"), body
