@@ -24,7 +24,7 @@ import pytest
 from inspection import get_json
 from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
 from testsupport.testbed import Process, free_port, stop_popen
-from tests.compat.coredns import find_coredns
+from compat.coredns import find_coredns
 
 Z = "clusterset.local"
 WEB = f"svc1.testns.svc.{Z}"  # ClusterSetIP 10.0.0.1 in the contract fixture
