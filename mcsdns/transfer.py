@@ -58,7 +58,7 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rdtypes.ANY.TSIG
 import dns.tsig
-from dnslib import DNSBuffer, DNSLabel
+from dnslib import RR, SOA, DNSBuffer, DNSLabel
 
 from . import vocab
 from .table import Table
@@ -66,6 +66,7 @@ from .wire import AA, HEADER, QR, RD, U16
 from .zonefile import zone_records
 
 if TYPE_CHECKING:
+    from .journal import Journal
     from .tcp import Stream  # the connection a transfer writes to (write + drain)
 
 log = logging.getLogger(__name__)
@@ -186,22 +187,39 @@ class _Packed:
         self.messages: list[bytes] = []
 
     async def build(self) -> bool:
-        table, zone = self.table, self.zone
-        records = zone_records(table, zone, table.config.ns_addresses)
+        table = self.table
+        records = zone_records(table, self.zone, table.config.ns_addresses)
         soa = next(records)
-        buffer, count = _start(zone), 0
+        packer = _Packer(self.zone, self.messages)
         for n, rr in enumerate(_with_last(soa, records)):
-            if count and len(buffer.data) > PACK_LIMIT:
-                self.messages.append(_finish(buffer, not self.messages, count))
-                buffer, count = _start(None), 0
-            rr.pack(buffer)
-            count += 1
+            packer.add(rr)
             if n % PACK_SLICE == PACK_SLICE - 1:
                 await asyncio.sleep(0)
                 if table.generation != self.generation:
                     return False
-        self.messages.append(_finish(buffer, not self.messages, count))
+        packer.finish()
         return True
+
+
+class _Packer:
+    """Records into messages (appended to `messages`) that each stop taking records past PACK_LIMIT,
+    the question `zone AXFR IN` in the first (its type is the request's once dressed)."""
+
+    def __init__(self, zone: str, messages: list[bytes]) -> None:
+        self.zone = zone
+        self.messages = messages
+        self.buffer, self.count = _start(zone), 0
+
+    def add(self, rr: RR) -> None:
+        if self.count and len(self.buffer.data) > PACK_LIMIT:
+            self.messages.append(_finish(self.buffer, not self.messages, self.count))
+            self.buffer, self.count = _start(None), 0
+        rr.pack(self.buffer)
+        self.count += 1
+
+    def finish(self) -> list[bytes]:
+        self.messages.append(_finish(self.buffer, not self.messages, self.count))
+        return self.messages
 
 
 def _with_last(soa, records):
@@ -232,6 +250,8 @@ class Transfers:
         self._building: dict[bytes, tuple[_Packed, asyncio.Future]] = {}  # a packing under way, by zone
         self.active = 0
         self.clock: Callable[[], float] = time.time
+        self.journal: Journal | None = None  # IXFR's history; None: every IXFR not current falls back
+        self.on_fallback: Callable[[str], None] | None = None  # metrics: why an IXFR got the whole zone
 
     # ----------------------------------------------------------------- which queries are ours
 
@@ -363,8 +383,29 @@ class Transfers:
                 self._result(kind, "current" if client_serial == serial else "udp_soa")
                 yield self._dress(self.soa_message(req.lname), req, ctx)
                 return
+            diff = self.journal.since(zone, client_serial, serial) if self.journal is not None else "unknown"
+            if isinstance(diff, str):  # no history from that serial: the whole zone (RFC 1995 4)
+                if self.on_fallback is not None:
+                    self.on_fallback(diff)
+            else:
+                self._result(kind, "ixfr")
+                for message in self._incremental(zone, client_serial, *diff):
+                    yield self._dress(message, req, ctx)
+                return
         # The whole zone: packed (or its packing awaited) by serve_tcp, then dressed like this.
         yield _Whole(req, ctx, kind, "axfr" if kind == "axfr" else "fallback_axfr")
+
+    def _incremental(self, zone: str, client_serial: int, deleted: list[RR], added: list[RR]) -> list[bytes]:
+        """The IXFR reply (RFC 1995 4): our SOA, then one condensed difference (the SOA at the client's
+        serial, the records deleted, our SOA, the records added), then our SOA again."""
+        soa = next(zone_records(self.table, zone, self.table.config.ns_addresses))
+        rdata = soa.rdata
+        old = RR(soa.rname, soa.rtype, ttl=soa.ttl,
+                 rdata=SOA(rdata.mname, rdata.rname, (client_serial, *rdata.times[1:])))
+        packer = _Packer(zone, [])
+        for rr in (soa, old, *deleted, soa, *added, soa):
+            packer.add(rr)
+        return packer.finish()
 
     def soa_message(self, lname: bytes) -> bytes:
         """The zone's current SOA as a one-answer message (ID 0, question `zone AXFR IN`): NOTIFY's base."""

@@ -91,12 +91,19 @@ def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) ->
         svc = table.service(*key)
         if svc is None or not table.namespace_exposed(key[0]):
             continue
-        for labels, _qtype, ans in zone.compile_service(svc, table, ttl, ns_addresses, endpoint_names=True):
-            if ans.rcode != vocab.NOERROR:
-                continue
-            for rec in ans.answer:  # glue is the targets' own records, printed under their names
-                owner = labels if rec.owner is None else rec.owner
-                yield RR(_name(owner, origin), rec.rtype, ttl=rec.ttl, rdata=_rdata(rec, origin))
+        yield from service_records(svc, table, origin, ttl, ns_addresses)
+
+
+def service_records(svc: zone.Service, view: zone.ZoneView, origin: tuple[str, ...], ttl: int,
+                    ns_addresses: tuple[str, ...]) -> Iterator[RR]:
+    """One service's records in the zone `origin` (labels): what `zone_records` lists for it, and
+    what the IXFR journal (journal.py) diffs when it changes."""
+    for labels, _qtype, ans in zone.compile_service(svc, view, ttl, ns_addresses, endpoint_names=True):
+        if ans.rcode != vocab.NOERROR:
+            continue
+        for rec in ans.answer:  # glue is the targets' own records, printed under their names
+            owner = labels if rec.owner is None else rec.owner
+            yield RR(_name(owner, origin), rec.rtype, ttl=rec.ttl, rdata=_rdata(rec, origin))
 
 
 def write_zone(out: TextIO, table: Table, zone_name: str, ns_addresses: tuple[str, ...], source: str) -> int:
