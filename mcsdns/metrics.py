@@ -610,8 +610,8 @@ class Metrics(Collector):
             since.add_metric([], time.monotonic() - self.last_sync)
             yield since
         if self.views is not None:
-            serial = GaugeMetricFamily("mcsdns_zone_serial", "The SOA serial the zones are served with (decision 9: "
-                                       "Unix milliseconds of the last change, modulo 2^32).")
+            serial = GaugeMetricFamily("mcsdns_zone_serial", "The SOA serial the zones are served with: the Unix "
+                                       "time in milliseconds of the last change, modulo 2^32.")
             serial.add_metric([], self.views.table.serial & 0xFFFFFFFF)
             yield serial
             if self.views.tcp is not None:

@@ -31,8 +31,9 @@ The decisions, in the order they are taken (`Transfers.decide`):
 4. AXFR over UDP: NOTIMP (RFC 5936 4.2 defines none; Knot answers the same);
    IXFR whose authority section is not one SOA of the zone: FORMERR;
 5. IXFR over UDP, or from a client at our serial: our SOA alone (RFC 1995 2, 4);
-   any other IXFR: the whole zone in AXFR form (there is no journal yet, so every
-   older, unknown or newer serial falls back, as RFC 1995 4 allows);
+   from a serial the journal holds (journal.py): the changes since, condensed into
+   one difference (RFC 1995 4); any other (newer than ours, purged from the journal,
+   never ours): the whole zone in AXFR form, as RFC 1995 4 allows, counted by reason;
 6. AXFR over TCP: the SOA, every record, the SOA again, in messages of at most
    16 KiB (PACK_LIMIT), the question in the first only, each signed when the request was
    (RFC 8945 5.3.1: every message, the digest chained).
@@ -308,6 +309,11 @@ class Transfers:
                         writer.write(_framed(self._dress(whole, message.req, message.ctx)))
                         await asyncio.wait_for(writer.drain(), timeout)
                     continue
+                if isinstance(message, _Incremental):
+                    for part in await message.pack():
+                        writer.write(_framed(self._dress(part, message.req, message.ctx)))
+                        await asyncio.wait_for(writer.drain(), timeout)
+                    continue
                 writer.write(_framed(message))
                 await asyncio.wait_for(writer.drain(), timeout)
         except (ConnectionError, asyncio.TimeoutError):
@@ -389,23 +395,20 @@ class Transfers:
                     self.on_fallback(diff)
             else:
                 self._result(kind, "ixfr")
-                for message in self._incremental(zone, client_serial, *diff):
-                    yield self._dress(message, req, ctx)
+                yield self._incremental(req, ctx, zone, client_serial, *diff)
                 return
         # The whole zone: packed (or its packing awaited) by serve_tcp, then dressed like this.
         yield _Whole(req, ctx, kind, "axfr" if kind == "axfr" else "fallback_axfr")
 
-    def _incremental(self, zone: str, client_serial: int, deleted: list[RR], added: list[RR]) -> list[bytes]:
+    def _incremental(self, req: Request, ctx: "Signer | None", zone: str, client_serial: int, deleted: list[RR],
+                     added: list[RR]) -> "_Incremental":
         """The IXFR reply (RFC 1995 4): our SOA, then one condensed difference (the SOA at the client's
         serial, the records deleted, our SOA, the records added), then our SOA again."""
         soa = next(zone_records(self.table, zone, self.table.config.ns_addresses))
         rdata = soa.rdata
         old = RR(soa.rname, soa.rtype, ttl=soa.ttl,
                  rdata=SOA(rdata.mname, rdata.rname, (client_serial, *rdata.times[1:])))
-        packer = _Packer(zone, [])
-        for rr in (soa, old, *deleted, soa, *added, soa):
-            packer.add(rr)
-        return packer.finish()
+        return _Incremental(req, ctx, zone, [soa, old, *deleted, soa, *added, soa])
 
     def soa_message(self, lname: bytes) -> bytes:
         """The zone's current SOA as a one-answer message (ID 0, question `zone AXFR IN`): NOTIFY's base."""
@@ -461,6 +464,25 @@ class _Whole:
     ctx: "Signer | None"
     kind: str
     result: str
+
+
+@dataclass(slots=True)
+class _Incremental:
+    """`decide`'s IXFR reply from the journal: its records, taken when decided (a later change does not
+    reach them); serve_tcp packs them, yielding to the event loop as the whole zone's packing does."""
+
+    req: Request
+    ctx: "Signer | None"
+    zone: str
+    records: list[RR]
+
+    async def pack(self) -> list[bytes]:
+        packer = _Packer(self.zone, [])
+        for n, rr in enumerate(self.records):
+            packer.add(rr)
+            if n % PACK_SLICE == PACK_SLICE - 1:
+                await asyncio.sleep(0)
+        return packer.finish()
 
 
 class Signer:
