@@ -172,3 +172,21 @@ def test_a_restart_never_lowers_the_serial(tmp_path: Path) -> None:
                 eventually(lambda: addresses(server, name) == expected, timeout=10, what=f"mcsdns: {name}")
                 seen.append(serial(server))
     assert all(newer(a, b) for a, b in zip(seen, seen[1:])), seen
+
+
+def test_changes_older_than_the_journal_age_are_purged(tmp_path: Path) -> None:
+    """--ixfr-journal-age 1s: a change is served by IXFR at once, by the whole zone (`purged`) once older."""
+    churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
+    with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+                "--ixfr-journal-age", "1s") as server:
+        first = serial(server)
+        name, expected = churn.step()
+        server.signal(signal.SIGHUP)
+        eventually(lambda: addresses(server, name) == expected, timeout=10, what=f"mcsdns: {name}")
+        records, _ = ixfr_reply(server.dns_port, first)
+        assert records[1].rdtype == dns.rdatatype.SOA and records[1][0].serial == first  # incremental
+        eventually(lambda: ixfr_reply(server.dns_port, first)[0][1].rdtype != dns.rdatatype.SOA, timeout=5,
+                   what="the change aged out of the journal")
+        _, metrics = server.http("/metrics")
+    assert 'mcsdns_ixfr_fallbacks_total{reason="purged"}' in metrics, metrics
+    assert gauge(metrics, "mcsdns_ixfr_journal_changes") == 0, metrics
