@@ -7,7 +7,8 @@ built from the services the change touched (the same set `Table.on_change` recom
 a change costs O(records of the changed services), not O(zone): the journal keeps, for
 every service in an exposed namespace, the `Service` it last saw (the store's objects are
 frozen, so that is a reference, not a copy), and diffs that service's records before and
-after (`zonefile.service_records`, the records an AXFR holds for it).
+after (`zonefile.owned_records`, the records an AXFR holds for it, as plain tuples: only the
+difference becomes wire records).
 
 Bounded by bytes (the records' wire size, `--ixfr-journal-bytes`) and by age
 (`--ixfr-journal-age`): the oldest entries go first. A change bigger than the whole bound
@@ -30,7 +31,8 @@ from dnslib import RR, DNSBuffer
 from .compile import Service
 from .store import ServiceKey
 from .table import Table
-from .zonefile import service_records
+from .vocab import Record
+from .zonefile import as_rr, owned_records
 
 SERIAL_MASK = 0xFFFFFFFF
 
@@ -40,15 +42,20 @@ def serial_lt(a: int, b: int) -> bool:
     return a != b and ((b - a) & SERIAL_MASK) < 0x80000000
 
 
+RECENT_RECORDS = 100_000  # records of the last changed services kept, so the next change of each is diffed at once
+Owned = tuple[tuple[str, ...], Record]  # a record with its owner's labels, in no zone yet
+
+
 @dataclass(slots=True)
 class Entry:
-    """One serial change: per zone name, the records deleted and added, keyed by their wire form."""
+    """One serial change: the records deleted and added (the same in every served zone but for the
+    zone's own labels), and their wire size in the first zone."""
 
     before: int
     after: int
     at: float
-    deleted: dict[str, dict[bytes, RR]] = field(default_factory=dict)
-    added: dict[str, dict[bytes, RR]] = field(default_factory=dict)
+    deleted: list[Owned] = field(default_factory=list)
+    added: list[Owned] = field(default_factory=list)
     size: int = 0
 
 
@@ -66,13 +73,10 @@ class _Exposed:
         return self.table.service(namespace, name)
 
 
-def _keyed(records) -> dict[bytes, RR]:
-    out = {}
-    for rr in records:
-        buffer = DNSBuffer()
-        rr.pack(buffer)
-        out[bytes(buffer.data)] = rr
-    return out
+def _wire_size(rr: RR) -> int:
+    buffer = DNSBuffer()
+    rr.pack(buffer)
+    return len(buffer.data)
 
 
 class Journal:
@@ -83,13 +87,15 @@ class Journal:
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.clock = clock
-        self.zones = tuple(table.config.zones)
-        self._origins = {z: tuple(z.lower().rstrip(".").split(".")) for z in self.zones}
+        self._origins = {z: tuple(z.lower().rstrip(".").split(".")) for z in table.config.zones}
+        self._first_origin = next(iter(self._origins.values()))
         self._view = _Exposed(table)
         self.services: dict[ServiceKey, Service] = {}  # what the zone holds, per service (exposed ones only)
         self.entries: deque[Entry] = deque()
         self.bytes = 0
         self.first: int | None = None  # the serial at the sync: none of ours is older (None: not synced)
+        self._recent: dict[ServiceKey, tuple[Service, set[Owned]]] = {}  # oldest first
+        self._recent_records = 0
 
     # ----------------------------------------------------------------- recording (Table.bump)
 
@@ -114,16 +120,10 @@ class Journal:
                 self.services[key] = new
             if old is None and new is None:
                 continue
-            for zone in self.zones:
-                was, now = self._records(old, zone), self._records(new, zone)
-                for k, rr in was.items():
-                    if k not in now:
-                        entry.deleted.setdefault(zone, {})[k] = rr
-                        entry.size += len(k)
-                for k, rr in now.items():
-                    if k not in was:
-                        entry.added.setdefault(zone, {})[k] = rr
-                        entry.size += len(k)
+            was, now = self._records(key, old), self._records(key, new)
+            entry.deleted += (r for r in was if r not in now)
+            entry.added += (r for r in now if r not in was)
+        entry.size = sum(_wire_size(as_rr(*r, self._first_origin)) for r in (*entry.deleted, *entry.added))
         if entry.size > self.max_bytes:  # bigger than the whole journal: every older serial falls back
             self.entries.clear()
             self.bytes = 0
@@ -153,11 +153,21 @@ class Journal:
             return None
         return table.service(*key)
 
-    def _records(self, svc: Service | None, zone: str) -> dict[bytes, RR]:
+    def _records(self, key: ServiceKey, svc: Service | None) -> set[Owned]:
+        """The records of `svc`; those of the services changed last are kept (`_recent`), so a service that
+        keeps changing (an endpoint coming and going) costs one compile a change, not two."""
         if svc is None:
-            return {}
-        return _keyed(service_records(svc, self._view, self._origins[zone], self.table.ttl,
-                                      self.table.config.ns_addresses))
+            return set()
+        recent = self._recent.get(key)
+        if recent is not None and recent[0] is svc:
+            return recent[1]
+        records = set(owned_records(svc, self._view, self.table.ttl, self.table.config.ns_addresses))
+        self._recent.pop(key, None)
+        self._recent[key] = (svc, records)
+        self._recent_records += len(records) - (len(recent[1]) if recent is not None else 0)
+        while self._recent_records > RECENT_RECORDS and len(self._recent) > 1:
+            self._recent_records -= len(self._recent.pop(next(iter(self._recent)))[1])
+        return records
 
     # ----------------------------------------------------------------- answering (transfer.Transfers)
 
@@ -173,16 +183,21 @@ class Journal:
             if self.first is not None and not serial_lt(serial, self.first) and serial_lt(serial, current):
                 return "purged"
             return "unknown"
-        deleted: dict[bytes, RR] = {}
-        added: dict[bytes, RR] = {}
+        deleted: dict[Owned, None] = {}  # (dicts: ordered sets)
+        added: dict[Owned, None] = {}
         for i in range(start, len(entries)):
             entry = entries[i]
             if i > start and entries[i - 1].after != entry.before:
                 return "unknown"  # a gap (cannot happen while every bump records): never a wrong diff
-            for k, rr in entry.deleted.get(zone, {}).items():
-                if added.pop(k, None) is None:
-                    deleted[k] = rr
-            for k, rr in entry.added.get(zone, {}).items():
-                if deleted.pop(k, None) is None:
-                    added[k] = rr
-        return list(deleted.values()), list(added.values())
+            for r in entry.deleted:
+                if r in added:
+                    del added[r]
+                else:
+                    deleted[r] = None
+            for r in entry.added:
+                if r in deleted:
+                    del deleted[r]
+                else:
+                    added[r] = None
+        origin = self._origins[zone]
+        return [as_rr(*r, origin) for r in deleted], [as_rr(*r, origin) for r in added]
