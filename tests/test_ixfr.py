@@ -54,6 +54,14 @@ def ixfr_reply(port: int, from_serial: int) -> tuple[list[dns.rrset.RRset], int]
     return records, sum(2 + len(m) for m in messages)
 
 
+def change(server: Server, churn: Churn, timeout: float = 10) -> str:
+    """The churn's next step, reloaded by `server` (SIGHUP) and answered; returns the name it showed on."""
+    name, expected = churn.step()
+    server.signal(signal.SIGHUP)
+    eventually(lambda: addresses(server, name) == expected, timeout=timeout, what=f"mcsdns: {name} -> {expected}")
+    return name
+
+
 def apply_ixfr(port: int, zone: dns.zone.Zone) -> None:
     query, _ = dns.xfr.make_query(zone)
     dns.query.inbound_xfr("127.0.0.1", zone, query, port=port, timeout=10, lifetime=30)
@@ -75,9 +83,7 @@ def test_ixfr_brings_a_copy_through_creates_updates_and_deletes_exactly(tmp_path
         copy, behind = transferred(server.dns_port), transferred(server.dns_port)
         serials = [copy.get_soa().serial]
         for _ in range(12):
-            name, expected = churn.step()
-            server.signal(signal.SIGHUP)
-            eventually(lambda: addresses(server, name) == expected, timeout=10, what=f"mcsdns: {name} -> {expected}")
+            name = change(server, churn)
             before = copy.get_soa().serial
             records, size = ixfr_reply(server.dns_port, before)
             assert records[1].rdtype == dns.rdatatype.SOA and records[1][0].serial == before, records[:3]  # incremental
@@ -109,9 +115,7 @@ def test_serials_the_journal_has_not_got_fall_back_to_the_whole_zone_by_reason(t
     with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--ixfr-journal-bytes", "1") as server:
         first = serial(server)
-        name, expected = churn.step()
-        server.signal(signal.SIGHUP)
-        eventually(lambda: addresses(server, name) == expected, timeout=10, what=f"mcsdns: {name}")
+        change(server, churn)
         current = serial(server)
         whole = contents(transferred(server.dns_port))
         for reason, from_serial in [("future", (current + 1000) % 2**32), ("purged", first),
@@ -138,9 +142,7 @@ def test_the_ixfr_for_one_endpoint_is_the_same_size_at_10_and_1000_imports(tmp_p
         churn = Churn(tmp_path / f"{services}.yaml", big_manifests(tmp_path, services).read_text())
         with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
             churn.step()  # c0 created
-            name, expected = churn.step()  # h0 created with two endpoints
-            server.signal(signal.SIGHUP)
-            eventually(lambda: addresses(server, name) == expected, timeout=20, what=f"mcsdns: {name}")
+            name = change(server, churn, timeout=20)  # h0 created with two endpoints
             before = serial(server)
             churn.services["h0"] = churn.services["h0"].replace(
                 "conditions: {ready: true}}]", "conditions: {ready: true}}, {addresses: [10.78.0.9], hostname: h0-9, "
@@ -167,9 +169,7 @@ def test_a_restart_never_lowers_the_serial(tmp_path: Path) -> None:
         with server:
             seen.append(serial(server))
             for _ in range(4):
-                name, expected = churn.step()
-                server.signal(signal.SIGHUP)
-                eventually(lambda: addresses(server, name) == expected, timeout=10, what=f"mcsdns: {name}")
+                change(server, churn)
                 seen.append(serial(server))
     assert all(newer(a, b) for a, b in zip(seen, seen[1:])), seen
 
@@ -180,9 +180,7 @@ def test_changes_older_than_the_journal_age_are_purged(tmp_path: Path) -> None:
     with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--ixfr-journal-age", "1s") as server:
         first = serial(server)
-        name, expected = churn.step()
-        server.signal(signal.SIGHUP)
-        eventually(lambda: addresses(server, name) == expected, timeout=10, what=f"mcsdns: {name}")
+        change(server, churn)
         records, _ = ixfr_reply(server.dns_port, first)
         assert records[1].rdtype == dns.rdatatype.SOA and records[1][0].serial == first  # incremental
         eventually(lambda: ixfr_reply(server.dns_port, first)[0][1].rdtype != dns.rdatatype.SOA, timeout=5,
