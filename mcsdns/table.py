@@ -29,16 +29,13 @@ import logging
 import struct
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol, TypeVar
+from typing import Callable, Iterable, Protocol, TypeVar
 
 from . import compile as zone
 from . import plain, reverse, vocab
 from .compile import Service
 from .store import Changes, ServiceKey, Store
 from .wire import AA, Body, NameCache, Renderer, encode_labels, soa_record
-
-if TYPE_CHECKING:
-    from .journal import Journal
 
 
 class NameIndex(Protocol):
@@ -88,6 +85,16 @@ PTR_IN = struct.pack(">HH", vocab.PTR, vocab.CLASS_IN)
 LAZY_LIMIT = 4096
 
 
+class SerialLog(Protocol):
+    """What the table tells of its serial changes (journal.Journal, IXFR's history)."""
+
+    def reset(self, serial: int) -> None: ...  # the initial sync
+
+    def record(self, services: Iterable[ServiceKey], before: int, after: int) -> None: ...
+
+    def renumber(self, before: int, after: int) -> None: ...  # set_serial: the same contents, another serial
+
+
 def clock_serial() -> int:
     """The SOA serial a change made now may take (decision 9): the Unix time in milliseconds, written
     modulo 2**32 (RFC 1982 arithmetic: a serial is newer while less than 2**31 ms, 24.8 days, ahead,
@@ -122,7 +129,7 @@ class Table:
         self.owned: dict[ServiceKey, list[bytes]] = {}  # exactly the services that exist in an exposed namespace
         self.serial = clock_serial()
         self.generation = 0
-        self.journal: Journal | None = None  # --transfer-to: the IXFR journal, told of every serial change
+        self.journal: SerialLog | None = None  # --transfer-to: the IXFR journal, told of every serial change
         self._soa: dict[int, bytes] = {}
         self._negative: dict[tuple[int, int], Body] = {}
         self.on_programmed: Callable[[ServiceKey, str | None, bool], None] | None = None
