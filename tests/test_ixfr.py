@@ -10,6 +10,7 @@ lowers the serial.
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import dns.zone
 
 from test_transfer import EXAMPLE, ZONE, big_manifests, contents, ixfr, tcp_messages, transferred
 from testsupport.churn import Churn
-from testsupport.serverproc import Server, eventually
+from testsupport.serverproc import ROOT, Server, eventually
 
 
 def addresses(server: Server, name: str) -> set[str] | None:
@@ -188,3 +189,12 @@ def test_changes_older_than_the_journal_age_are_purged(tmp_path: Path) -> None:
         _, metrics = server.http("/metrics")
     assert 'mcsdns_ixfr_fallbacks_total{reason="purged"}' in metrics, metrics
     assert gauge(metrics, "mcsdns_ixfr_journal_changes") == 0, metrics
+
+
+def test_the_docs_quote_the_stored_follow_run() -> None:
+    """docs/transfers.md's table of `python -m benchmarks.ixfr_follow` is the stored run's, as rendered."""
+    from benchmarks.ixfr_follow import markdown
+
+    stored = json.loads((ROOT / "benchmarks" / "results" / "ixfr_follow.json").read_text())
+    assert markdown(stored) in (ROOT / "docs" / "transfers.md").read_text()
+    assert all(f["knot_transfers"]["axfr"] == 1 and f["knot_transfers"]["axfr_style_ixfr"] == 0 for f in stored)
