@@ -2,7 +2,8 @@
 
 A secondary that holds serial S and asks IXFR gets, instead of the whole zone, the records
 deleted and added since S. The journal records one entry per serial change (`Table.bump`):
-the serial before and after, and, per served zone, the records that went and came. It is
+the serial before and after, and the records that went and came (owner labels and record,
+in no zone yet: an IXFR makes them names of the zone it asks for). It is
 built from the services the change touched (the same set `Table.on_change` recompiles), so
 a change costs O(records of the changed services), not O(zone): the journal keeps, for
 every service in an exposed namespace, the `Service` it last saw (the store's objects are
