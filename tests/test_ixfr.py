@@ -198,3 +198,27 @@ def test_the_docs_quote_the_stored_follow_run() -> None:
     stored = json.loads((ROOT / "benchmarks" / "results" / "ixfr_follow.json").read_text())
     assert markdown(stored) in (ROOT / "docs" / "transfers.md").read_text()
     assert all(f["knot_transfers"]["axfr"] == 1 and f["knot_transfers"]["axfr_style_ixfr"] == 0 for f in stored)
+
+
+def test_each_served_zone_gets_its_own_names_in_the_ixfr(tmp_path: Path) -> None:
+    """Two forward zones share one journal: an IXFR of each brings a copy of that zone to its AXFR."""
+    churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
+    zones = ("clusterset.local.", "mc.example.")
+    with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+                "--zone", "clusterset.local", "--zone", "mc.example") as server:
+
+        def whole(origin: str) -> dns.zone.Zone:
+            zone = dns.zone.Zone(origin, relativize=False)
+            dns.query.inbound_xfr("127.0.0.1", zone, dns.message.make_query(origin, "AXFR"), port=server.dns_port,
+                                  timeout=10)
+            return zone
+
+        copies = {origin: whole(origin) for origin in zones}
+        for _ in range(4):
+            change(server, churn)
+            for origin, copy in copies.items():
+                query, _ = dns.xfr.make_query(copy)
+                dns.query.inbound_xfr("127.0.0.1", copy, query, port=server.dns_port, timeout=10)
+                assert contents(copy) == contents(whole(origin)) and copy.get_soa().serial == serial(server), origin
+        _, metrics = server.http("/metrics")
+    assert 'mcsdns_transfers_total{result="ixfr",type="ixfr"} 8.0' in metrics, metrics
