@@ -70,6 +70,13 @@ class App:
 
             key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
             transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer)
+            if config.ixfr_journal_bytes:
+                from .journal import Journal
+
+                self.table.journal = transfers.journal = Journal(self.table, config.ixfr_journal_bytes,
+                                                                 config.ixfr_journal_age)
+                self.metrics.journal = transfers.journal
+            transfers.on_fallback = self.metrics.ixfr_fallback
             self.server.transfers = self.resolver.transfers = transfers
             if config.notify:
                 from .notify import Notifier

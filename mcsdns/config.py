@@ -131,6 +131,8 @@ class Config:
     transfer_to: tuple[str, ...] = ()
     tsig_key_file: Path | None = None
     notify: tuple[tuple[str, int], ...] = ()  # secondaries sent NOTIFY (RFC 1996) after every change
+    ixfr_journal_bytes: int = 4 << 20  # IXFR history (journal.py): the records of the last changes, bounded by
+    ixfr_journal_age: float = 10800.0  # size and by age (beyond the SOA refresh of 2 h); older serials get AXFR
     # DNS over TCP (RFC 7766; the policy is tcp.py's). A connection costs a descriptor and about 2 KB (the RSS
     # figures of benchmarks.tcp_hold), so the cap bounds both; over it, the connection longest without a
     # complete query makes room (never a refusal). A client holding more than the cap and reopening what is
@@ -232,6 +234,10 @@ class Config:
             transfer_networks(self.transfer_to)
         except ValueError as exc:
             raise ConfigError(f"--transfer-to {exc}") from None
+        if not 0 <= self.ixfr_journal_bytes <= 1 << 30:
+            raise ConfigError(f"--ixfr-journal-bytes must be in range [0, 1073741824]: {self.ixfr_journal_bytes}")
+        if not 0 < self.ixfr_journal_age <= 7 * 86400:
+            raise ConfigError(f"--ixfr-journal-age must be in range (0, 7d] seconds: {self.ixfr_journal_age}")
         if self.notify and not self.transfer_to:
             raise ConfigError("--notify needs --transfer-to (the secondaries must be allowed to transfer)")
         if self.tsig_key_file is not None:

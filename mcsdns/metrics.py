@@ -22,7 +22,7 @@ import platform
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Protocol, Sequence, Sized
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -190,6 +190,13 @@ class _Series:
         return out
 
 
+class JournalView(Protocol):
+    """What the metrics read of the IXFR journal (journal.Journal)."""
+
+    entries: Sized
+    bytes: int
+
+
 class TableView(Protocol):
     """What the metrics read of the record table: its zones, its zone matching and its sizes."""
 
@@ -199,6 +206,7 @@ class TableView(Protocol):
     owned: Mapping[object, object]
     synced: bool
     generation: int
+    serial: int
 
     def zone_of(self, lname: bytes) -> bytes | None: ...
 
@@ -266,6 +274,12 @@ class Metrics(Collector):
             "mcsdns_notify_total",
             "NOTIFY messages (--notify) by result: sent (each try), acknowledged, error (answered with an error "
             "rcode), failed (no answer after every retry).", ["result"], registry=registry)
+        self.ixfr_fallbacks = Counter(
+            "mcsdns_ixfr_fallbacks_total",
+            "IXFR requests answered with the whole zone, by reason: future (the client's serial is newer than "
+            "ours), purged (one of ours since the sync, older than the IXFR journal keeps), unknown (any other: "
+            "before this process started, another replica's, or no journal).", ["reason"], registry=registry)
+        self.journal: JournalView | None = None  # the IXFR journal (--transfer-to), read at scrape time
         self.programming = Histogram(
             "coredns_kubernetes_dns_programming_duration_seconds",
             "Histogram of the time (in seconds) it took to program a dns instance.",
@@ -421,6 +435,10 @@ class Metrics(Collector):
     def transfer(self, kind: str, result: str) -> None:
         """One zone transfer request and what it got (transfer.Transfers)."""
         self.transfers.labels(kind, result).inc()
+
+    def ixfr_fallback(self, reason: str) -> None:
+        """One IXFR answered with the whole zone, and why (journal.Journal.since)."""
+        self.ixfr_fallbacks.labels(reason).inc()
 
     def notified(self, result: str) -> None:
         """One NOTIFY sent, or how one ended (notify.Notifier)."""
@@ -592,9 +610,21 @@ class Metrics(Collector):
             since.add_metric([], time.monotonic() - self.last_sync)
             yield since
         if self.views is not None:
+            serial = GaugeMetricFamily("mcsdns_zone_serial", "The SOA serial the zones are served with: the Unix "
+                                       "time in milliseconds of the last change, modulo 2^32.")
+            serial.add_metric([], self.views.table.serial & 0xFFFFFFFF)
+            yield serial
             if self.views.tcp is not None:
                 yield from self._collect_tcp(self.views.tcp)
             yield from self._collect_table(self.views)
+        if self.journal is not None:
+            depth = GaugeMetricFamily("mcsdns_ixfr_journal_changes", "Changes held in the IXFR journal (one per serial).")
+            depth.add_metric([], len(self.journal.entries))
+            yield depth
+            size = GaugeMetricFamily("mcsdns_ixfr_journal_bytes", "Wire size of the records held in the IXFR journal "
+                                     "(bounded by --ixfr-journal-bytes).")
+            size.add_metric([], self.journal.bytes)
+            yield size
 
     def _collect_tcp(self, tcp: TcpView) -> Iterable:
         conns = GaugeMetricFamily("mcsdns_tcp_connections", "DNS-over-TCP connections open.")

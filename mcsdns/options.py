@@ -242,6 +242,18 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         doc="secondary sent NOTIFY after every change (repeatable; coalesced, retried, rate-capped); needs "
         "`--transfer-to`", shown_default="none"),
     Option(
+        "--ixfr-journal-bytes", "ixfr_journal_bytes", DNS, metavar="BYTES", parse=integer,
+        help="keep the records of the last changes, up to this many bytes (wire size), so a secondary that holds "
+        "an older serial gets IXFR, only what changed; older, or past --ixfr-journal-age: the whole zone. "
+        "0 = no journal",
+        doc="IXFR journal: the last changes' records, up to this many bytes; a secondary older than it gets "
+        "the whole zone (4 MiB; [zone transfers](transfers.md))", shown_default="`4194304`"),
+    Option(
+        "--ixfr-journal-age", "ixfr_journal_age", DNS, metavar="DURATION", parse=seconds,
+        help="keep a change in the IXFR journal this long (longer than the SOA refresh, 2 h, so a secondary "
+        "that missed a NOTIFY still gets IXFR at its refresh)",
+        doc="how long a change stays in the IXFR journal", shown_default="`3h`"),
+    Option(
         "--max-tcp-connections", "max_tcp_connections", DNS, metavar="N", parse=integer,
         help="open DNS-over-TCP connections at once; a new one over it is still accepted, and the connection "
         "longest without a complete query is closed to make room (lowered to fit the open-file limit)",

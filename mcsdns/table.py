@@ -85,6 +85,26 @@ PTR_IN = struct.pack(">HH", vocab.PTR, vocab.CLASS_IN)
 LAZY_LIMIT = 4096
 
 
+class SerialLog(Protocol):
+    """What the table tells of its serial changes (journal.Journal, IXFR's history)."""
+
+    def reset(self, serial: int) -> None: ...  # the initial sync
+
+    def record(self, services: Iterable[ServiceKey], before: int, after: int) -> None: ...
+
+    def renumber(self, before: int, after: int) -> None: ...  # set_serial: the same contents, another serial
+
+
+def clock_serial() -> int:
+    """The SOA serial a change made now may take (decision 9): the Unix time in milliseconds, written
+    modulo 2**32 (RFC 1982 arithmetic: a serial is newer while less than 2**31 ms, 24.8 days, ahead,
+    far beyond the SOA expire of one day). Each change takes max(previous + 1, this), so the serial
+    runs ahead of the clock only while changes come faster than 1,000 a second, and catches up when
+    they slow; a restarted process, which takes its first serial from the clock after its sync,
+    therefore starts above every serial the one before it gave out (docs/transfers.md)."""
+    return int(time.time() * 1000)
+
+
 @dataclass(frozen=True, slots=True)
 class TableConfig:
     zones: tuple[str, ...]  # lower case, no trailing dot
@@ -108,8 +128,9 @@ class Table:
         self.zones = tuple(encode_labels(z.split(".")) + b"\x00" for z in config.zones)
         self.answers: dict[bytes, Body] = {}
         self.owned: dict[ServiceKey, list[bytes]] = {}  # exactly the services that exist in an exposed namespace
-        self.serial = int(time.time())
+        self.serial = clock_serial()
         self.generation = 0
+        self.journal: SerialLog | None = None  # --transfer-to: the IXFR journal, told of every serial change
         self._soa: dict[int, bytes] = {}
         self._negative: dict[tuple[int, int], Body] = {}
         self.on_programmed: Callable[[ServiceKey, str | None, bool], None] | None = None
@@ -238,7 +259,7 @@ class Table:
                 self.on_programmed(key, changes.triggers.get(key), bool(imp and imp.headless))
         if self.dnssd is not None:
             self.dnssd.update(services, changes.namespaces)
-        self.bump()
+        self.bump(services)
         if self.on_stamped is not None:
             for kind, stamp in changes.stamps:
                 self.on_stamped(kind, stamp)
@@ -286,12 +307,19 @@ class Table:
                 self.on_programmed(key, trigger, bool(imp and imp.headless))
         if self.dnssd is not None:
             self.dnssd.full()
-        self.bump()
+        self.bump(None)
         log.info("synced: compiled %d services in %.2fs", len(self.store.imports), time.monotonic() - started)
 
-    def bump(self) -> None:
+    def bump(self, services: Iterable[ServiceKey] | None) -> None:
+        """A new serial (decision 9, `clock_serial`) for a change to `services` (None: the initial sync)."""
+        before = self.serial
         self.generation += 1
-        self.serial = max(self.serial + 1, int(time.time()))
+        self.serial = max(self.serial + 1, clock_serial())
+        if self.journal is not None:
+            if services is None:
+                self.journal.reset(self.serial)
+            else:
+                self.journal.record(services, before, self.serial)
         self._soa.clear()
         # The apex SOA answer carries the serial in its body.
         self._compile_apex()
@@ -301,6 +329,8 @@ class Table:
     def set_serial(self, serial: int) -> None:
         """Take another table's SOA serial (a --workers worker takes its supervisor's); a new
         generation, as the resolver's caches hold replies with the SOA in them."""
+        if self.journal is not None:
+            self.journal.renumber(self.serial, serial)
         self.generation += 1
         self.serial = serial
         self._soa.clear()

@@ -31,8 +31,9 @@ The decisions, in the order they are taken (`Transfers.decide`):
 4. AXFR over UDP: NOTIMP (RFC 5936 4.2 defines none; Knot answers the same);
    IXFR whose authority section is not one SOA of the zone: FORMERR;
 5. IXFR over UDP, or from a client at our serial: our SOA alone (RFC 1995 2, 4);
-   any other IXFR: the whole zone in AXFR form (there is no journal yet, so every
-   older, unknown or newer serial falls back, as RFC 1995 4 allows);
+   from a serial the journal holds (journal.py): the changes since, condensed into
+   one difference (RFC 1995 4); any other (newer than ours, purged from the journal,
+   never ours): the whole zone in AXFR form, as RFC 1995 4 allows, counted by reason;
 6. AXFR over TCP: the SOA, every record, the SOA again, in messages of at most
    16 KiB (PACK_LIMIT), the question in the first only, each signed when the request was
    (RFC 8945 5.3.1: every message, the digest chained).
@@ -58,7 +59,7 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rdtypes.ANY.TSIG
 import dns.tsig
-from dnslib import DNSBuffer, DNSLabel
+from dnslib import RR, SOA, DNSBuffer, DNSLabel
 
 from . import vocab
 from .table import Table
@@ -66,6 +67,7 @@ from .wire import AA, HEADER, QR, RD, U16
 from .zonefile import zone_records
 
 if TYPE_CHECKING:
+    from .journal import Journal
     from .tcp import Stream  # the connection a transfer writes to (write + drain)
 
 log = logging.getLogger(__name__)
@@ -186,22 +188,39 @@ class _Packed:
         self.messages: list[bytes] = []
 
     async def build(self) -> bool:
-        table, zone = self.table, self.zone
-        records = zone_records(table, zone, table.config.ns_addresses)
+        table = self.table
+        records = zone_records(table, self.zone, table.config.ns_addresses)
         soa = next(records)
-        buffer, count = _start(zone), 0
+        packer = _Packer(self.zone, self.messages)
         for n, rr in enumerate(_with_last(soa, records)):
-            if count and len(buffer.data) > PACK_LIMIT:
-                self.messages.append(_finish(buffer, not self.messages, count))
-                buffer, count = _start(None), 0
-            rr.pack(buffer)
-            count += 1
+            packer.add(rr)
             if n % PACK_SLICE == PACK_SLICE - 1:
                 await asyncio.sleep(0)
                 if table.generation != self.generation:
                     return False
-        self.messages.append(_finish(buffer, not self.messages, count))
+        packer.finish()
         return True
+
+
+class _Packer:
+    """Records into messages (appended to `messages`) that each stop taking records past PACK_LIMIT,
+    the question `zone AXFR IN` in the first (its type is the request's once dressed)."""
+
+    def __init__(self, zone: str, messages: list[bytes]) -> None:
+        self.zone = zone
+        self.messages = messages
+        self.buffer, self.count = _start(zone), 0
+
+    def add(self, rr: RR) -> None:
+        if self.count and len(self.buffer.data) > PACK_LIMIT:
+            self.messages.append(_finish(self.buffer, not self.messages, self.count))
+            self.buffer, self.count = _start(None), 0
+        rr.pack(self.buffer)
+        self.count += 1
+
+    def finish(self) -> list[bytes]:
+        self.messages.append(_finish(self.buffer, not self.messages, self.count))
+        return self.messages
 
 
 def _with_last(soa, records):
@@ -232,6 +251,8 @@ class Transfers:
         self._building: dict[bytes, tuple[_Packed, asyncio.Future]] = {}  # a packing under way, by zone
         self.active = 0
         self.clock: Callable[[], float] = time.time
+        self.journal: Journal | None = None  # IXFR's history; None: every IXFR not current falls back
+        self.on_fallback: Callable[[str], None] | None = None  # metrics: why an IXFR got the whole zone
 
     # ----------------------------------------------------------------- which queries are ours
 
@@ -286,6 +307,11 @@ class Transfers:
                     self._result(message.kind, message.result)
                     for whole in packed.messages:  # signed as they go: each MAC chains to the one before
                         writer.write(_framed(self._dress(whole, message.req, message.ctx)))
+                        await asyncio.wait_for(writer.drain(), timeout)
+                    continue
+                if isinstance(message, _Incremental):
+                    for part in await message.pack():
+                        writer.write(_framed(self._dress(part, message.req, message.ctx)))
                         await asyncio.wait_for(writer.drain(), timeout)
                     continue
                 writer.write(_framed(message))
@@ -363,8 +389,26 @@ class Transfers:
                 self._result(kind, "current" if client_serial == serial else "udp_soa")
                 yield self._dress(self.soa_message(req.lname), req, ctx)
                 return
+            diff = self.journal.since(zone, client_serial, serial) if self.journal is not None else "unknown"
+            if isinstance(diff, str):  # no history from that serial: the whole zone (RFC 1995 4)
+                if self.on_fallback is not None:
+                    self.on_fallback(diff)
+            else:
+                self._result(kind, "ixfr")
+                yield self._incremental(req, ctx, zone, client_serial, *diff)
+                return
         # The whole zone: packed (or its packing awaited) by serve_tcp, then dressed like this.
         yield _Whole(req, ctx, kind, "axfr" if kind == "axfr" else "fallback_axfr")
+
+    def _incremental(self, req: Request, ctx: "Signer | None", zone: str, client_serial: int, deleted: list[RR],
+                     added: list[RR]) -> "_Incremental":
+        """The IXFR reply (RFC 1995 4): our SOA, then one condensed difference (the SOA at the client's
+        serial, the records deleted, our SOA, the records added), then our SOA again."""
+        soa = next(zone_records(self.table, zone, self.table.config.ns_addresses))
+        rdata = soa.rdata
+        old = RR(soa.rname, soa.rtype, ttl=soa.ttl,
+                 rdata=SOA(rdata.mname, rdata.rname, (client_serial, *rdata.times[1:])))
+        return _Incremental(req, ctx, zone, [soa, old, *deleted, soa, *added, soa])
 
     def soa_message(self, lname: bytes) -> bytes:
         """The zone's current SOA as a one-answer message (ID 0, question `zone AXFR IN`): NOTIFY's base."""
@@ -420,6 +464,25 @@ class _Whole:
     ctx: "Signer | None"
     kind: str
     result: str
+
+
+@dataclass(slots=True)
+class _Incremental:
+    """`decide`'s IXFR reply from the journal: its records, taken when decided (a later change does not
+    reach them); serve_tcp packs them, yielding to the event loop as the whole zone's packing does."""
+
+    req: Request
+    ctx: "Signer | None"
+    zone: str
+    records: list[RR]
+
+    async def pack(self) -> list[bytes]:
+        packer = _Packer(self.zone, [])
+        for n, rr in enumerate(self.records):
+            packer.add(rr)
+            if n % PACK_SLICE == PACK_SLICE - 1:
+                await asyncio.sleep(0)
+        return packer.finish()
 
 
 class Signer:

@@ -91,12 +91,30 @@ def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) ->
         svc = table.service(*key)
         if svc is None or not table.namespace_exposed(key[0]):
             continue
-        for labels, _qtype, ans in zone.compile_service(svc, table, ttl, ns_addresses, endpoint_names=True):
-            if ans.rcode != vocab.NOERROR:
-                continue
-            for rec in ans.answer:  # glue is the targets' own records, printed under their names
-                owner = labels if rec.owner is None else rec.owner
-                yield RR(_name(owner, origin), rec.rtype, ttl=rec.ttl, rdata=_rdata(rec, origin))
+        yield from service_records(svc, table, origin, ttl, ns_addresses)
+
+
+def service_records(svc: zone.Service, view: zone.ZoneView, origin: tuple[str, ...], ttl: int,
+                    ns_addresses: tuple[str, ...]) -> Iterator[RR]:
+    """One service's records in the zone `origin` (labels): what `zone_records` lists for it."""
+    for owner, rec in owned_records(svc, view, ttl, ns_addresses):
+        yield as_rr(owner, rec, origin)
+
+
+def owned_records(svc: zone.Service, view: zone.ZoneView, ttl: int,
+                  ns_addresses: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], vocab.Record]]:
+    """(owner labels, record) of every record of one service, in no zone yet: the IXFR journal
+    (journal.py) diffs these, cheap tuples, and makes wire records of the difference only."""
+    for labels, _qtype, ans in zone.compile_service(svc, view, ttl, ns_addresses, endpoint_names=True):
+        if ans.rcode != vocab.NOERROR:
+            continue
+        for rec in ans.answer:  # glue is the targets' own records, printed under their names
+            yield (labels if rec.owner is None else rec.owner), rec
+
+
+def as_rr(owner: tuple[str, ...], rec: vocab.Record, origin: tuple[str, ...]) -> RR:
+    """A record of `owned_records` in the zone `origin`."""
+    return RR(_name(owner, origin), rec.rtype, ttl=rec.ttl, rdata=_rdata(rec, origin))
 
 
 def write_zone(out: TextIO, table: Table, zone_name: str, ns_addresses: tuple[str, ...], source: str) -> int:

@@ -30,7 +30,7 @@ ENTRY_POINTS = {"mcsdns.app": {"mcsdns.cli", "mcsdns.supervisor"}, "mcsdns.super
 DNS_SIDE = {f"mcsdns.{m}" for m in (
     "vocab", "names", "compile", "reverse", "dnssd", "wire", "table", "resolve", "transport", "forward",
     "replycheck", "querylog", "metrics", "discovery", "admin", "zonefile", "app", "supervisor", "sharing", "updates", "cli",
-    "transfer", "tsigkey", "notify", "tcp",
+    "transfer", "tsigkey", "notify", "tcp", "journal",
 )}  # fmt: skip
 PURE = {f"mcsdns.{m}" for m in ("vocab", "names", "compile", "reverse")}
 PURE_MAY_IMPORT = PURE | {"mcsdns.objects"}  # the object model: plain dataclasses and their validation

@@ -15,9 +15,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dns.message
+import dns.name
+import dns.query
 import dns.rcode
+import dns.rdatatype
+import dns.tsig
+import dns.zone
 import pytest
 
+from testsupport.churn import Churn
 from testsupport.secondaries import BindSecondary, KnotSecondary
 from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
 from testsupport.zonecompare import ZONE, answers_alike, ask, questions, soa_fields
@@ -59,22 +66,6 @@ def test_a_secondary_with_the_wrong_key_gets_nothing(tmp_path: Path) -> None:
     assert 'result="badsig"' in metrics, metrics
 
 
-def churn_step(step: int) -> tuple[str, str, str | None]:
-    """The manifests added to the example at `step`, and (name, the address it must answer, None: NXDOMAIN)."""
-    if step % 3 == 2:  # every third step deletes the service the step before added
-        return "", f"added{step - 1}.demo.svc.{ZONE}", None
-    address = f"10.77.{step}.{step % 7 + 1}"
-    imp = ("---\napiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceImport\n"
-           f"metadata: {{name: added{step}, namespace: demo}}\n"
-           f"spec: {{type: ClusterSetIP, ips: [{address}], ports: [{{name: http, protocol: TCP, port: 80}}]}}\n")
-    slice_ = ("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n"
-              f"metadata: {{name: added{step}-east, namespace: demo, labels: "
-              f"{{multicluster.kubernetes.io/service-name: added{step}, multicluster.kubernetes.io/source-cluster: east}}}}\n"
-              f"addressType: IPv4\nendpoints: [{{addresses: [10.78.{step}.1], conditions: {{ready: true}}}}]\n"
-              "ports: [{name: http, protocol: TCP, port: 8080}]\n")
-    return imp + slice_, f"added{step}.demo.svc.{ZONE}", address
-
-
 def a_record(port: int, name: str) -> str | None:
     """The A answer of `name` (None: NXDOMAIN), or "?" for anything else (not there yet)."""
     reply = ask(port, name, "A")
@@ -83,34 +74,117 @@ def a_record(port: int, name: str) -> str | None:
     return reply.answer[0][0].address if reply.answer else "?"
 
 
+def a_set(port: int, name: str) -> set[str] | None:
+    """The A addresses of `name` (None: NXDOMAIN)."""
+    reply = ask(port, name, "A")
+    if reply.rcode() == dns.rcode.NXDOMAIN:
+        return None
+    return {rd.address for rrset in reply.answer for rd in rrset}
+
+
 @pytest.mark.parametrize("kind", sorted(SECONDARIES))
-def test_secondary_follows_changes_by_notify(kind: str, tmp_path: Path) -> None:
-    """Manifests change 9 times (services added, one deleted every third step); after each, mcsdns answers
-    the change, sends NOTIFY, and the secondary answers the same within a few seconds (its SOA refresh
-    timer is 2 hours: only the NOTIFY can bring it so soon). Then every question matches again."""
+def test_secondary_follows_creates_updates_and_deletes_by_ixfr(kind: str, tmp_path: Path) -> None:
+    """Manifests change 12 times (testsupport/churn.py: ClusterSetIP and headless services created, updated,
+    deleted); after each, mcsdns answers the change and sends NOTIFY, and the secondary (SOA refresh 2 h:
+    only the NOTIFY can bring it so soon) reaches mcsdns's serial by IXFR from the journal, and answers
+    every question of the zone as mcsdns does. Only its first load is a whole zone."""
     (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
-    manifests = tmp_path / "manifests.yaml"
-    base = EXAMPLE.read_text()
-    manifests.write_text(base)
-    server = Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+    churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
+    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                     "--tsig-key-file", str(tmp_path / "key"))
     secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
     server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
-    added = ""
     with server, secondary:
-        for step in range(9):
-            extra, name, address = churn_step(step)
-            added = added + extra if address is not None else added[: added.rindex("---\napiVersion: multicluster")]
-            manifests.write_text(base + "\n" + added)
+        for step in range(12):
+            name, expected = churn.step()
             server.signal(signal.SIGHUP)
-            eventually(lambda: a_record(server.dns_port, name) == address, timeout=10, what=f"mcsdns: {name}")
-            eventually(lambda: a_record(secondary.port, name) == address, timeout=10,
-                       what=lambda: f"{kind} following {name} -> {address}: {secondary.log()[-2000:]}")
-            assert secondary.serial() == ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
-        asked, _ = questions(print_zone(manifests))
-        answers_alike(server.dns_port, secondary.port, asked, kind)
+            eventually(lambda: a_set(server.dns_port, name) == expected, timeout=10, what=f"mcsdns: {name}")
+            current = ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
+            eventually(lambda: secondary.serial() == current, timeout=10,
+                       what=lambda: f"{kind} following {name} -> {expected} (serial {current}): {secondary.log()[-2000:]}")
+            assert a_set(secondary.port, name) == expected
+            if step % 4 == 3:
+                asked, _ = questions(print_zone(churn.path))
+                answers_alike(server.dns_port, secondary.port, asked, kind)
         _, metrics = server.http("/metrics")
     assert 'mcsdns_notify_total{result="acknowledged"}' in metrics, metrics
+    transfers = {line.split("{")[1].split("}")[0]: float(line.split()[-1]) for line in metrics.splitlines()
+                 if line.startswith("mcsdns_transfers_total{")}
+    print(f"{kind}: {transfers}")
+    assert transfers.get('result="axfr",type="axfr"', 0) + transfers.get('result="fallback_axfr",type="ixfr"', 0) == 1
+    assert transfers['result="ixfr",type="ixfr"'] >= 12 / 2, transfers  # NOTIFYs within 50 ms coalesce
+    assert "mcsdns_ixfr_fallbacks_total{" not in metrics, metrics
+    if kind == "knot":  # Knot's own word: one AXFR (the first load), then only IXFR, each of a few hundred bytes
+        log = secondary.log()
+        ixfr = [int(line.split(" bytes")[0].rsplit(" ", 1)[1]) for line in log.splitlines()
+                if "IXFR, incoming" in line and "finished" in line]
+        assert log.count("AXFR, incoming") == 2 and "AXFR-style" not in log and len(ixfr) >= 6, log[-3000:]
+        print(f"knot: IXFR sizes {ixfr} bytes")
+        assert max(ixfr) < 1024, ixfr
+
+
+def test_two_replicas_under_churn_each_with_a_pinned_secondary(tmp_path: Path) -> None:
+    """Decision 9 as docs/transfers.md lays it out: two replicas read the same objects (one manifests file,
+    each reloading on its own), each with a Knot secondary pinned to it (its address only, its NOTIFY).
+    Under 8 changes and a restart of one replica, each address maps one serial to one content (a whole
+    transfer of each replica is read at every step), each secondary answers as its replica, its serial
+    never goes back, and the restarted replica's secondary comes back by one whole zone (an IXFR from a
+    serial of the old process: `unknown`), then IXFR again."""
+    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
+    flags = ("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+             "--tsig-key-file", str(tmp_path / "key"))
+    servers = [Server(*flags), Server(*flags)]
+    knots = [KnotSecondary(tmp_path / f"knot{i}", s.dns_port, ("xfr-key", "hmac-sha256", SECRET))
+             for i, s in enumerate(servers)]
+    for server, knot in zip(servers, knots):
+        server.args += ["--notify", f"127.0.0.1:{knot.port}"]
+    contents: list[dict[int, str]] = [{}, {}]  # per address: serial -> the zone transferred at that serial
+    followed: list[list[int]] = [[], []]  # per secondary: its serials, in order
+
+    def check(i: int) -> None:
+        server, knot = servers[i], knots[i]
+        current = ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
+        eventually(lambda: knot.serial() == current, timeout=10, what=lambda: f"knot{i} at {current}: {knot.log()[-2000:]}")
+        zone = transfer_text(server.dns_port)
+        assert contents[i].setdefault(zone[0], zone[1]) == zone[1], f"replica {i}: serial {zone[0]} with two contents"
+        followed[i].append(knot.serial())
+        asked, _ = questions(print_zone(churn.path))
+        answers_alike(server.dns_port, knot.port, asked, "knot")
+
+    with servers[0], servers[1], knots[0], knots[1]:
+        for step in range(8):
+            name, expected = churn.step()
+            for server in servers:
+                server.signal(signal.SIGHUP)
+            for i, server in enumerate(servers):
+                eventually(lambda: a_set(server.dns_port, name) == expected, timeout=10, what=f"replica {i}: {name}")
+                check(i)
+            if step == 3:  # replica 1 restarts: a new process, the same address
+                servers[1].stop()
+                servers[1].start()
+                check(1)
+        _, metrics = servers[1].http("/metrics")
+    for serials in followed:
+        assert all(a == b or (b - a) % 2**32 < 2**31 for a, b in zip(serials, serials[1:])), serials  # never back
+    log = knots[1].log()
+    assert log.count("AXFR-style IXFR") == 1, log[-3000:]  # the one whole zone after the restart
+    assert 'mcsdns_ixfr_fallbacks_total{reason="unknown"} 1.0' in metrics, metrics
+    assert 'mcsdns_transfers_total{result="ixfr",type="ixfr"}' in metrics, metrics
+    shared = set(contents[0]) & set(contents[1])
+    print(f"serials seen: {len(contents[0])} and {len(contents[1])}, in both: {len(shared)}")
+
+
+def transfer_text(port: int) -> tuple[int, str]:
+    """(serial, every record but the SOA, sorted) of a whole transfer of the zone from `port`, signed."""
+    keyring = {dns.name.from_text("xfr-key."): dns.tsig.Key("xfr-key.", SECRET, "hmac-sha256")}
+    zone = dns.zone.Zone(ZONE, relativize=False)
+    query = dns.message.make_query(ZONE, "AXFR")
+    query.use_tsig(keyring, next(iter(keyring)))
+    dns.query.inbound_xfr("127.0.0.1", zone, query, port=port, timeout=10, lifetime=30)
+    records = sorted(f"{name} {rdataset}" for name, node in zone.nodes.items() for rdataset in node
+                     if rdataset.rdtype != dns.rdatatype.SOA)
+    return zone.get_soa().serial, "\n".join(records)
 
 
 @pytest.mark.kube

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import dns.message
 import dns.name
@@ -93,14 +94,22 @@ def transferred(port: int, keyring: dict | None = None) -> dns.zone.Zone:
     return zone
 
 
-def tcp_messages(port: int, query: dns.message.Message, timeout: float = 10) -> list[bytes]:
-    """Every message the server writes for `query` on one TCP connection until the closing SOA (or a lone reply)."""
+def axfr_done(records: list[dns.rrset.RRset]) -> bool:
+    """The records so far (one per RRset) end a whole-zone reply: its second SOA, or a lone SOA."""
+    soas = sum(1 for rrset in records if rrset.rdtype == dns.rdatatype.SOA)
+    return soas >= 2 or (len(records) == 1 and soas == 1)
+
+
+def tcp_messages(port: int, query: dns.message.Message, timeout: float = 10,
+                 done: Callable[[list[dns.rrset.RRset]], bool] = axfr_done) -> list[bytes]:
+    """Every message the server writes for `query` on one TCP connection until `done` says the records so
+    far end the reply (or an error rcode)."""
     wire = query.to_wire()
     out: list[bytes] = []
+    records: list[dns.rrset.RRset] = []
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(struct.pack(">H", len(wire)) + wire)
         buf = b""
-        soas = 0
         while True:
             while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
                 chunk = sock.recv(65536)
@@ -110,9 +119,8 @@ def tcp_messages(port: int, query: dns.message.Message, timeout: float = 10) -> 
             message, buf = buf[2 : 2 + size], buf[2 + size :]
             out.append(message)
             parsed = dns.message.from_wire(message, keyring=False, one_rr_per_rrset=True)
-            soas += sum(1 for rrset in parsed.answer if rrset.rdtype == dns.rdatatype.SOA)
-            if parsed.rcode() != dns.rcode.NOERROR or soas >= 2 or (len(out) == 1 and soas == 1 and
-                                                                      sum(len(r) for r in parsed.answer) == 1):
+            records += parsed.answer
+            if parsed.rcode() != dns.rcode.NOERROR or done(records):
                 return out
 
 

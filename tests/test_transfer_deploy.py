@@ -65,7 +65,14 @@ def test_helm_tsig_secret(tmp_path: Path) -> None:
 
 
 def test_kustomize_transfers_component(tmp_path: Path) -> None:
-    objects = by_kind(with_component("transfers", tmp_path))
+    rendered = with_component("transfers", tmp_path)
+    services = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "Service"}
+    # The pods' own addresses for secondaries (each replica has its own serials): the same pods, headless.
+    primaries = services.pop("mcsdns-primaries")
+    assert primaries["spec"]["clusterIP"] == "None"
+    assert primaries["spec"]["selector"] == services["mcsdns"]["spec"]["selector"]
+    assert [(p["port"], p["protocol"], p["targetPort"]) for p in primaries["spec"]["ports"]] == [(53, "TCP", "dns-tcp")]
+    objects = by_kind([o for o in rendered if o is not primaries])
     pod = objects["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert {"name": "tsig", "secret": {"secretName": "mcsdns-tsig"}} in pod["volumes"]

@@ -50,7 +50,7 @@ class Pair:
                 table.store.apply(convert(obj))
             for kind in KINDS:
                 table.store.mark_synced(kind)
-        self.worker.serial = self.sup.serial
+        self.worker.set_serial(self.sup.serial)  # (serials are milliseconds: the two tables were made apart)
         self.updates.clear()
 
     def _table(self, listener) -> Table:

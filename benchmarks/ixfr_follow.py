@@ -1,0 +1,134 @@
+"""How fast and how small a Knot secondary follows mcsdns by NOTIFY and IXFR (prints figures; --out stores JSON).
+
+For each size, mcsdns serves the benchmark's data set (dataset.Spec: ClusterSetIP imports with 10
+endpoints each) plus one headless service in a second manifests file, with `--transfer-to`, a TSIG
+key and `--notify` to a Knot 3 secondary (testsupport/secondaries.py) that loaded the zone. Then one
+endpoint of the headless service is added or removed, 20 times: after each the file is rewritten and
+mcsdns reloads it (SIGHUP); the time from mcsdns answering the change (polled every 2 ms) to Knot
+answering it is the follow time, and Knot's own log gives each transfer's kind and bytes.
+
+usage: python -m benchmarks.ixfr_follow [--sizes 1000,10000] [--changes 20] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import dns.message
+import dns.query
+import dns.rcode
+
+from testsupport.churn import headless
+from testsupport.secondaries import KnotSecondary
+from testsupport.serverproc import Server
+
+from . import dataset
+
+NAME = "follow.demo.svc.clusterset.local."
+SECRET = base64.b64encode(bytes(range(50, 82))).decode()
+
+
+def addresses(port: int) -> set[str] | None:
+    try:
+        reply = dns.query.udp(dns.message.make_query(NAME, "A"), "127.0.0.1", port=port, timeout=1)
+    except Exception:
+        return None
+    if reply.rcode() != dns.rcode.NOERROR:
+        return None
+    return {rd.address for rrset in reply.answer for rd in rrset}
+
+
+def wait_for(port: int, want: set[str], timeout: float = 60) -> float:
+    """Poll until `port` answers `want`; returns the moment it did (perf_counter)."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if addresses(port) == want:
+            return time.perf_counter()
+        time.sleep(0.002)
+    raise RuntimeError(f"127.0.0.1:{port} did not answer {want} within {timeout} s")
+
+
+def measure(size: int, changes: int, work: Path) -> dict[str, Any]:
+    manifests = dataset.write_manifests(dataset.Spec(imports=size), work / f"set-{size}.json")
+    churn = work / f"follow-{size}.yaml"
+    base = [("follow-0", "10.201.0.1")]
+
+    def write(extra: bool) -> set[str]:
+        endpoints = base + ([("follow-1", "10.201.0.2")] if extra else [])
+        churn.write_text(headless("follow", endpoints))
+        return {a for _, a in endpoints}
+
+    write(False)
+    (work / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    server = Server("--manifests", str(manifests), "--manifests", str(churn), "--ns-address", "127.0.0.1",
+                    "--transfer-to", "127.0.0.1", "--tsig-key-file", str(work / "key"))
+    knot = KnotSecondary(work / f"knot-{size}", server.dns_port, ("xfr-key", "hmac-sha256", SECRET), load_timeout=600)
+    server.args += ["--notify", f"127.0.0.1:{knot.port}"]
+    follow: list[float] = []
+    server.start(timeout=600)
+    try:
+        with knot:
+            for i in range(changes):
+                want = write(i % 2 == 0)
+                server.signal(signal.SIGHUP)
+                served = wait_for(server.dns_port, want)
+                follow.append(wait_for(knot.port, want) - served)
+            log = knot.log()
+    finally:
+        server.stop()
+    transfers = re.findall(r"(AXFR|IXFR), incoming, .*?finished, .*? (\d+) messages, (\d+) bytes", log)
+    ixfr = [int(b) for kind, _, b in transfers if kind == "IXFR"]
+    ms = 1000.0
+    return {
+        "imports": size, "changes": changes,
+        "follow_ms": {"p50": round(statistics.median(follow) * ms, 1), "max": round(max(follow) * ms, 1)},
+        "knot_transfers": {"axfr": sum(1 for t in transfers if t[0] == "AXFR"), "ixfr": len(ixfr),
+                           "axfr_style_ixfr": log.count("AXFR-style")},
+        "ixfr_bytes": {"min": min(ixfr), "max": max(ixfr)} if ixfr else None,
+    }
+
+
+def markdown(figures: list[dict[str, Any]]) -> str:
+    """The table docs/transfers.md quotes (tests/test_ixfr.py holds the page to the stored run)."""
+    rows = ["| imports | Knot after mcsdns, p50 | max (of {n}) | Knot's transfers | IXFR bytes (Knot's log) |".format(
+        n=figures[0]["changes"]), "|---|---|---|---|---|"]
+    for f in figures:
+        t, b = f["knot_transfers"], f["ixfr_bytes"]
+        size = str(b["min"]) if b["min"] == b["max"] else f"{b['min']}-{b['max']}"
+        rows.append(f"| {f['imports']:,} | {f['follow_ms']['p50']:.0f} ms | {f['follow_ms']['max']:.0f} ms | "
+                    f"{t['axfr']} AXFR, then {t['ixfr']} IXFR | {size} |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ixfr_follow", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000", help="ClusterSetIP imports per run, comma-separated")
+    parser.add_argument("--changes", type=int, default=20, help="endpoint additions and removals per size")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
+    args = parser.parse_args(argv)
+    figures = []
+    with tempfile.TemporaryDirectory(prefix="ixfr-follow-") as tmp:
+        for size in (int(s) for s in args.sizes.split(",")):
+            got = measure(size, args.changes, Path(tmp))
+            figures.append(got)
+            print(f"{size} imports: {got['changes']} changes, Knot answered each {got['follow_ms']['p50']} ms (p50), "
+                  f"{got['follow_ms']['max']} ms (max) after mcsdns; Knot's transfers: {got['knot_transfers']}; "
+                  f"IXFR bytes {got['ixfr_bytes']}")
+    print(markdown(figures))
+    if args.out:
+        args.out.write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
