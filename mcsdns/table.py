@@ -105,6 +105,9 @@ def clock_serial() -> int:
     return int(time.time() * 1000)
 
 
+MAX_SERIAL_STEP = 2**31 - 1  # the largest step RFC 1982 reads as newer
+
+
 @dataclass(frozen=True, slots=True)
 class TableConfig:
     zones: tuple[str, ...]  # lower case, no trailing dot
@@ -314,7 +317,9 @@ class Table:
         """A new serial (decision 9, `clock_serial`) for a change to `services` (None: the initial sync)."""
         before = self.serial
         self.generation += 1
-        self.serial = max(self.serial + 1, clock_serial())
+        # Never a step of 2**31 or more: written modulo 2**32, it would read as older (RFC 1982), as
+        # after a quiet spell of 24.8 days; the clock is caught up over later changes instead.
+        self.serial = max(self.serial + 1, min(clock_serial(), self.serial + MAX_SERIAL_STEP))
         if self.journal is not None:
             if services is None:
                 self.journal.reset(self.serial)

@@ -175,6 +175,25 @@ def test_a_restart_never_lowers_the_serial(tmp_path: Path) -> None:
     assert all(newer(a, b) for a, b in zip(seen, seen[1:])), seen
 
 
+def test_a_change_after_a_quiet_month_still_reads_as_newer() -> None:
+    """The serial is written modulo 2**32 ms (49.7 days): after 30 days without a change, the clock's
+    value would be a step RFC 1982 reads as older, and secondaries would keep the old zone. Each step
+    stays below 2**31, and the clock is caught up over the next changes."""
+    from mcsdns.store import Store
+    from mcsdns.table import Table, TableConfig, clock_serial
+
+    table = Table(TableConfig((ZONE.rstrip("."),), 5, None, ("127.0.0.1",)), Store())
+    month_ago = clock_serial() - 30 * 86400 * 1000
+    table.set_serial(month_ago)
+    seen = [month_ago]
+    for _ in range(3):
+        table.bump(())
+        seen.append(table.serial)
+    written = [s & 0xFFFFFFFF for s in seen]
+    assert all(newer(a, b) for a, b in zip(written, written[1:])), written
+    assert seen[-1] >= clock_serial() - 1000, "the clock was not caught up"
+
+
 def test_changes_older_than_the_journal_age_are_purged(tmp_path: Path) -> None:
     """--ixfr-journal-age 1s: a change is served by IXFR at once, by the whole zone (`purged`) once older."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
