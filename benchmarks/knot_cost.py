@@ -83,7 +83,7 @@ def summarize(rounds: list[dict[str, dict[str, dict[float, dict[str, Any]]]]]) -
             if ratios:
                 cell.update(median=round(statistics.median(ratios), 3), low=round(min(ratios), 3),
                             high=round(max(ratios), 3))
-            out.setdefault(mix, {})[f"{rate:g}"] = cell
+            out.setdefault(mix, {})[rate if isinstance(rate, str) else f"{rate:g}"] = cell  # (light_cost's "max")
     return out
 
 

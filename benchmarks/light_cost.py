@@ -1,0 +1,209 @@
+"""CPU per query at light load and at saturation, mcsdns against Knot, in alternating rounds (prints figures).
+
+A cluster's DNS server spends its life far below its maximum, where each datagram is its own
+wakeup: the event loop, the callback and the system calls run once per query, not once per batch.
+This is `knot_cost`'s method (both servers measured in turns, the first alternating per round, on
+the suite's data set, pinning and dnsperf settings; the figure is the median of the rounds'
+mcsdns/Knot ratios, with their range) applied to what issue #34 asks:
+
+* CPU per query at fixed light rates (default 20,000 and 5,000 q/s) offered to both servers, and
+  at saturation (dnsperf unthrottled: each server's maximum on its core), on cached and off-cache
+  mixes, the random-subdomain flood included;
+* the flood's CPU per query over a cached NXDOMAIN's, per server (both mixes must be measured);
+* latency mean and p99 at each fixed rate, beside Knot's (dnsperf -v; the first
+  `load.WARMUP` seconds dropped, as the suite drops them).
+
+A fixed-rate run counts only where both servers passed it (the rate held, under 0.1% lost); a
+saturated run always counts (its loss is what saturation means). CoreDNS is not run here: it needs
+the testbed's kube-apiserver; the suite measures it.
+
+usage: python -m benchmarks.light_cost [--rounds N] [--rates R,R] [--mixes M,M] [--seconds S] [--no-max] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import dataset, flags, load, provenance, queries
+from .knot_cost import WARMUP_SECONDS, _positive, _rounds, summarize
+from .servers import Knot, Mcsdns, Server, tool_path
+from .suite import Options, own_cpu, wait_quiet
+
+# Cached mixes, the letter-case ones (a new packet per query) and the flood (a new name per query).
+MIXES = ("clusterset_a", "nxdomain", "headless100_a", "clusterset_a_case", "nxdomain_case", queries.RANDOM_SUBDOMAIN)
+RATES = (20000.0, 5000.0)
+MAX = "max"  # the saturated run's key beside the rates
+TARGET = 1.15  # issue #34: CPU per query <= 1.15x Knot's on every mix, at each rate and at the maximum
+FLOOD_TARGET = 1.3  # issue #34: the random-subdomain flood <= 1.3x a cached NXDOMAIN's CPU per query
+QUIET_WAIT = 5.0  # seconds to wait for an idle server core before a run (the suite's 30 s is for a quiet machine)
+
+
+def measure_server(server: Server, probe: str, qfiles: dict[str, Path], rates: tuple[float, ...], seconds: float,
+                   saturate: bool, opts: Options) -> dict[str, dict[Any, dict[str, Any]]]:
+    """Start `server`, run every mix at every rate (and unthrottled), stop it: {mix: {rate or MAX: figures}}."""
+    got: dict[str, dict[Any, dict[str, Any]]] = {}
+    server.start(probe, timeout=120)
+    try:
+        time.sleep(2.0)  # as the suite: the start-up's own work done before the first measurement
+        for mix, qfile in qfiles.items():
+            edns = queries.needs_edns(mix)
+            load.dnsperf(server.port, qfile, seconds=WARMUP_SECONDS, rate=min(rates), cpu=opts.load_cpu,
+                         timeout=opts.timeout, edns=edns)
+            for rate in rates:
+                wait_quiet(server.cpu, opts.quiet_wait)
+                run = load.dnsperf(server.port, qfile, seconds=seconds + load.WARMUP, rate=rate, cpu=opts.load_cpu,
+                                   meter=server.cpu_seconds, timeout=opts.timeout, edns=edns, verbose=True,
+                                   outstanding=1000)
+                got.setdefault(mix, {})[rate] = figures(run, rate)
+            if saturate:
+                wait_quiet(server.cpu, opts.quiet_wait)
+                run = load.dnsperf(server.port, qfile, seconds=seconds, cpu=opts.load_cpu, meter=server.cpu_seconds,
+                                   timeout=opts.timeout, edns=edns)
+                got.setdefault(mix, {})[MAX] = {"qps": round(run.qps), "loss": round(run.loss, 5),
+                                                "passed": bool(run.completed), "cpu_per_100k": run.cpu_per_100k}
+    finally:
+        server.stop()
+    return got
+
+
+def figures(run: load.Run, rate: float) -> dict[str, Any]:
+    """A fixed-rate run's figures: throughput, loss, CPU per 100k queries, latency mean and p99 (us)."""
+    values = (run.latencies or [])[int(rate * load.WARMUP):]  # dnsperf's own start-up is not the server's latency
+    p99 = load.percentile(values, 0.99)
+    return {"qps": round(run.qps), "loss": round(run.loss, 5), "passed": run.passed, "cpu_per_100k": run.cpu_per_100k,
+            "mean_us": round(statistics.fmean(values) * 1e6, 1) if values else None,
+            "p99_us": None if p99 is None else round(p99 * 1e6, 1)}
+
+
+def latency(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per mix and fixed rate: each server's median over the rounds of latency mean and p99 (us)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for mix, per_rate in rounds[0]["mcsdns"].items():
+        for rate in per_rate:
+            if rate == MAX:
+                continue
+            cell: dict[str, Any] = {}
+            for label in ("mcsdns", "knot"):
+                for key in ("mean_us", "p99_us"):
+                    values = [r[label][mix][rate][key] for r in rounds if r[label][mix][rate].get(key) is not None]
+                    cell[f"{label}_{key}"] = round(statistics.median(values), 1) if values else None
+            out.setdefault(mix, {})[f"{rate:g}"] = cell
+    return out
+
+
+def flood_ratio(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per server and rate (or MAX): the random-subdomain flood's CPU per query over the cached NXDOMAIN
+    mix's in the same round, median and range ({} unless both mixes were measured)."""
+    flood, nx = queries.RANDOM_SUBDOMAIN, "nxdomain"
+    if flood not in rounds[0]["mcsdns"] or nx not in rounds[0]["mcsdns"]:
+        return {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label in ("mcsdns", "knot"):
+        for rate in rounds[0][label][flood]:
+            ratios = []
+            for r in rounds:
+                a, b = r[label][flood][rate], r[label][nx][rate]
+                if a["passed"] and b["passed"] and a["cpu_per_100k"] and b["cpu_per_100k"]:
+                    ratios.append(a["cpu_per_100k"] / b["cpu_per_100k"])
+            cell: dict[str, Any] = {"ratios": [round(v, 3) for v in ratios], "pairs": len(ratios)}
+            if ratios:
+                cell.update(median=round(statistics.median(ratios), 3), low=round(min(ratios), 3),
+                            high=round(max(ratios), 3))
+            out.setdefault(label, {})[_key(rate)] = cell
+    return out
+
+
+def _key(rate: Any) -> str:
+    return rate if rate == MAX else f"{rate:g}"
+
+
+def report(cells: dict[str, dict[str, Any]], lat: dict[str, Any], flood: dict[str, Any]) -> list[str]:
+    """The printed lines: the ratio per mix and rate, the latency beside Knot's, the flood ratio."""
+    lines = []
+    for mix, per_rate in cells.items():
+        for rate, cell in per_rate.items():
+            where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
+            med = (f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell
+                   else "no passed pair")
+            us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell["knot_cpu_per_100k"])
+                  if None not in v] if cell["pairs"] else []
+            per_query = f"  ({us[0]:.2f} / {us[1]:.2f} us)" if len(us) == 2 else ""
+            lat_cell = lat.get(mix, {}).get(rate)
+            text = ""
+            if lat_cell:
+                text = (f"  latency mean/p99 us: mcsdns {lat_cell['mcsdns_mean_us']}/{lat_cell['mcsdns_p99_us']}, "
+                        f"Knot {lat_cell['knot_mean_us']}/{lat_cell['knot_p99_us']}")
+            lines.append(f"{mix:18s} {where:>10s}  mcsdns/Knot CPU per query: {med}{per_query} over {cell['pairs']} "
+                         f"rounds (target <= {TARGET}x){text}")
+    for label, per_rate in flood.items():
+        for rate, cell in per_rate.items():
+            where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
+            med = f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell else "no passed pair"
+            lines.append(f"{label} flood / cached NXDOMAIN, {where}: {med} (target for mcsdns <= {FLOOD_TARGET}x)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.light_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=_rounds, default=3, help="times each server measures every mix and rate")
+    parser.add_argument("--rates", type=flags.rates, default=RATES, help="q/s, comma-separated (default: %(default)s)")
+    parser.add_argument("--mixes", type=flags.mixes, default=MIXES, help="query mixes, comma-separated")
+    parser.add_argument("--seconds", type=_positive, default=4.0, help="seconds per measured run (the suite's step)")
+    parser.add_argument("--no-max", action="store_true", help="skip the unthrottled (saturated) run per mix")
+    parser.add_argument("--quiet-wait", type=float, default=QUIET_WAIT,
+                        help="seconds to wait for an idle server core before each run (default: %(default)s)")
+    parser.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the data set (the suite's)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
+    args = parser.parse_args(argv)
+    missing = [tool for tool in ("dnsperf", "knotd") if tool_path(tool) is None]
+    if missing:
+        print(f"light_cost: {', '.join(missing)} not found (apt install dnsperf knot)", file=sys.stderr)
+        return 1
+    opts = Options(out=Path("."), quiet_wait=args.quiet_wait)
+    spec = dataset.Spec(imports=args.imports, headless=(10, 100))
+    work = Path(tempfile.mkdtemp(prefix="mcsdns-light-cost-"))
+    started = provenance.now()
+    try:
+        manifests = dataset.write_manifests(spec, work / "objects.json")
+        zone = dataset.write_zone(spec, work / "clusterset.local.zone")
+        qdir = work / "queries"
+        qdir.mkdir()
+        qfiles = {mix: queries.write(mix, spec, qdir) for mix in args.mixes}
+        probe = queries.probe_name(spec)
+        rounds = []
+        with own_cpu(opts.load_cpu):
+            for i in range(args.rounds):
+                order = ("mcsdns", "knot") if i % 2 == 0 else ("knot", "mcsdns")
+                this: dict[str, Any] = {}
+                for label in order:
+                    server: Server = (Mcsdns(label, work, opts.server_cpu, manifests=manifests) if label == "mcsdns"
+                                      else Knot(label, work, opts.server_cpu, zonefile=zone))
+                    this[label] = measure_server(server, probe, qfiles, args.rates, args.seconds, not args.no_max, opts)
+                rounds.append(this)
+                print(f"round {i + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    cells = summarize(rounds)
+    lat = latency(rounds)
+    flood = flood_ratio(rounds)
+    print("\n".join(report(cells, lat, flood)))
+    if args.out is not None:
+        command = "python -m benchmarks.light_cost " + " ".join(argv if argv is not None else sys.argv[1:])
+        args.out.write_text(json.dumps({
+            "command": command.strip(), "date": started, "commit": provenance.commit(),
+            "machine": provenance.machine(), "rounds": args.rounds, "seconds": args.seconds,
+            "target": TARGET, "flood_target": FLOOD_TARGET, "cells": cells, "latency": lat, "flood": flood,
+        }, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
