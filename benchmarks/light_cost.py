@@ -18,6 +18,7 @@ saturated run always counts (its loss is what saturation means). CoreDNS is not 
 the testbed's kube-apiserver; the suite measures it.
 
 usage: python -m benchmarks.light_cost [--rounds N] [--rates R,R] [--mixes M,M] [--seconds S] [--no-max] [--out FILE]
+       python -m benchmarks.light_cost --markdown FILE   (the table docs/performance.md quotes)
 """
 
 from __future__ import annotations
@@ -151,6 +152,35 @@ def report(cells: dict[str, dict[str, Any]], lat: dict[str, Any], flood: dict[st
     return lines
 
 
+def markdown(stored: dict[str, Any]) -> str:
+    """The table docs/performance.md quotes from a stored run: per mix, mcsdns/Knot CPU per query at each
+    rate and saturated (median of the rounds, their range), and latency mean/p99 at the first rate."""
+    cells, lat, flood = stored["cells"], stored["latency"], stored["flood"]
+    keys = list(next(iter(cells.values())))
+    first = next(k for k in keys if k != MAX)
+    heads = [("saturated" if k == MAX else f"{float(k):,.0f} q/s") for k in keys]
+    out = ["| mix | " + " | ".join(f"mcsdns / Knot CPU per query, {h}" for h in heads)
+           + f" | latency mean / p99 at {float(first):,.0f} q/s, mcsdns; Knot (us) |",
+           "|---|" + "---|" * (len(keys) + 1)]
+    for mix, per_rate in cells.items():
+        row = [mix]
+        for k in keys:
+            cell = per_rate[k]
+            if "median" not in cell:
+                row.append("no passed pair")
+                continue
+            us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell["knot_cpu_per_100k"])]
+            row.append(f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f}); {us[0]:.1f} / {us[1]:.1f} us")
+        lc = lat.get(mix, {}).get(first, {})
+        row.append(f"{lc.get('mcsdns_mean_us')} / {lc.get('mcsdns_p99_us')}; {lc.get('knot_mean_us')} / {lc.get('knot_p99_us')}")
+        out.append("| " + " | ".join(row) + " |")
+    for label, per_rate in flood.items():
+        parts = [f"{'saturated' if k == MAX else f'{float(k):,.0f} q/s'} {c['median']:.2f}x ({c['low']:.2f}-{c['high']:.2f})"
+                 for k, c in per_rate.items() if "median" in c]
+        out.append(f"\n{label}: random-subdomain flood / cached NXDOMAIN, CPU per query: " + ", ".join(parts) + ".")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.light_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=_rounds, default=3, help="times each server measures every mix and rate")
@@ -162,7 +192,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to wait for an idle server core before each run (default: %(default)s)")
     parser.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the data set (the suite's)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
+    parser.add_argument("--markdown", type=Path, metavar="JSON",
+                        help="print the table docs/performance.md quotes from a stored run, and run nothing")
     args = parser.parse_args(argv)
+    if args.markdown is not None:
+        try:
+            print(markdown(json.loads(args.markdown.read_text())), end="")
+        except (OSError, ValueError, KeyError, StopIteration) as exc:
+            parser.error(f"--markdown {args.markdown}: {exc}")
+        return 0
     missing = [tool for tool in ("dnsperf", "knotd") if tool_path(tool) is None]
     if missing:
         print(f"light_cost: {', '.join(missing)} not found (apt install dnsperf knot)", file=sys.stderr)
