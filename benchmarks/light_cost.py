@@ -25,18 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from . import dataset, flags, load, provenance, queries
-from .knot_cost import WARMUP_SECONDS, _positive, _rounds, summarize
-from .servers import Knot, Mcsdns, Server, tool_path
-from .suite import Options, own_cpu, wait_quiet
+from . import load, provenance, queries
+from .knot_cost import Step, add_flags, alternate, measure_server, missing_tools, summarize
+from .servers import Server
+from .suite import Options
 
 # Cached mixes, the letter-case ones (a new packet per query) and the flood (a new name per query).
 MIXES = ("clusterset_a", "nxdomain", "headless100_a", "clusterset_a_case", "nxdomain_case", queries.RANDOM_SUBDOMAIN)
@@ -47,32 +44,18 @@ FLOOD_TARGET = 1.3  # issue #34: the random-subdomain flood <= 1.3x a cached NXD
 QUIET_WAIT = 5.0  # seconds to wait for an idle server core before a run (the suite's 30 s is for a quiet machine)
 
 
-def measure_server(server: Server, probe: str, qfiles: dict[str, Path], rates: tuple[float, ...], seconds: float,
-                   saturate: bool, opts: Options) -> dict[str, dict[Any, dict[str, Any]]]:
-    """Start `server`, run every mix at every rate (and unthrottled), stop it: {mix: {rate or MAX: figures}}."""
-    got: dict[str, dict[Any, dict[str, Any]]] = {}
-    server.start(probe, timeout=120)
-    try:
-        time.sleep(2.0)  # as the suite: the start-up's own work done before the first measurement
-        for mix, qfile in qfiles.items():
-            edns = queries.needs_edns(mix)
-            load.dnsperf(server.port, qfile, seconds=WARMUP_SECONDS, rate=min(rates), cpu=opts.load_cpu,
-                         timeout=opts.timeout, edns=edns)
-            for rate in rates:
-                wait_quiet(server.cpu, opts.quiet_wait)
-                run = load.dnsperf(server.port, qfile, seconds=seconds + load.WARMUP, rate=rate, cpu=opts.load_cpu,
-                                   meter=server.cpu_seconds, timeout=opts.timeout, edns=edns, verbose=True,
-                                   outstanding=1000)
-                got.setdefault(mix, {})[rate] = figures(run, rate)
-            if saturate:
-                wait_quiet(server.cpu, opts.quiet_wait)
-                run = load.dnsperf(server.port, qfile, seconds=seconds, cpu=opts.load_cpu, meter=server.cpu_seconds,
-                                   timeout=opts.timeout, edns=edns)
-                got.setdefault(mix, {})[MAX] = {"qps": round(run.qps), "loss": round(run.loss, 5),
-                                                "passed": bool(run.completed), "cpu_per_100k": run.cpu_per_100k}
-    finally:
-        server.stop()
-    return got
+def stepper(seconds: float, opts: Options) -> Step:
+    """light_cost's step: at a rate, a verbose dnsperf run (the latencies too); at MAX, an unthrottled one."""
+    def step(server: Server, qfile: Path, rate: Any, edns: bool) -> dict[str, Any]:
+        if rate == MAX:
+            run = load.dnsperf(server.port, qfile, seconds=seconds, cpu=opts.load_cpu, meter=server.cpu_seconds,
+                               timeout=opts.timeout, edns=edns)
+            return {"qps": round(run.qps), "loss": round(run.loss, 5), "passed": bool(run.completed),
+                    "cpu_per_100k": run.cpu_per_100k}
+        run = load.dnsperf(server.port, qfile, seconds=seconds + load.WARMUP, rate=rate, cpu=opts.load_cpu,
+                           meter=server.cpu_seconds, timeout=opts.timeout, edns=edns, verbose=True, outstanding=1000)
+        return figures(run, rate)
+    return step
 
 
 def figures(run: load.Run, rate: float) -> dict[str, Any]:
@@ -183,15 +166,10 @@ def markdown(stored: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.light_cost", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=_rounds, default=3, help="times each server measures every mix and rate")
-    parser.add_argument("--rates", type=flags.rates, default=RATES, help="q/s, comma-separated (default: %(default)s)")
-    parser.add_argument("--mixes", type=flags.mixes, default=MIXES, help="query mixes, comma-separated")
-    parser.add_argument("--seconds", type=_positive, default=4.0, help="seconds per measured run (the suite's step)")
+    add_flags(parser, 3, RATES, MIXES)
     parser.add_argument("--no-max", action="store_true", help="skip the unthrottled (saturated) run per mix")
     parser.add_argument("--quiet-wait", type=float, default=QUIET_WAIT,
                         help="seconds to wait for an idle server core before each run (default: %(default)s)")
-    parser.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the data set (the suite's)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
     parser.add_argument("--markdown", type=Path, metavar="JSON",
                         help="print the table docs/performance.md quotes from a stored run, and run nothing")
     args = parser.parse_args(argv)
@@ -201,34 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError, StopIteration) as exc:
             parser.error(f"--markdown {args.markdown}: {exc}")
         return 0
-    missing = [tool for tool in ("dnsperf", "knotd") if tool_path(tool) is None]
-    if missing:
-        print(f"light_cost: {', '.join(missing)} not found (apt install dnsperf knot)", file=sys.stderr)
-        return 1
+    if (missing := missing_tools("light_cost")) is not None:
+        return missing
     opts = Options(out=Path("."), quiet_wait=args.quiet_wait)
-    spec = dataset.Spec(imports=args.imports, headless=(10, 100))
-    work = Path(tempfile.mkdtemp(prefix="mcsdns-light-cost-"))
+    keys = tuple(args.rates) + (() if args.no_max else (MAX,))
     started = provenance.now()
-    try:
-        manifests = dataset.write_manifests(spec, work / "objects.json")
-        zone = dataset.write_zone(spec, work / "clusterset.local.zone")
-        qdir = work / "queries"
-        qdir.mkdir()
-        qfiles = {mix: queries.write(mix, spec, qdir) for mix in args.mixes}
-        probe = queries.probe_name(spec)
-        rounds = []
-        with own_cpu(opts.load_cpu):
-            for i in range(args.rounds):
-                order = ("mcsdns", "knot") if i % 2 == 0 else ("knot", "mcsdns")
-                this: dict[str, Any] = {}
-                for label in order:
-                    server: Server = (Mcsdns(label, work, opts.server_cpu, manifests=manifests) if label == "mcsdns"
-                                      else Knot(label, work, opts.server_cpu, zonefile=zone))
-                    this[label] = measure_server(server, probe, qfiles, args.rates, args.seconds, not args.no_max, opts)
-                rounds.append(this)
-                print(f"round {i + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    rounds = alternate(args.imports, args.mixes, args.rounds, opts,
+                       lambda server, probe, qfiles: measure_server(server, probe, qfiles, keys, opts,
+                                                                    stepper(args.seconds, opts)))
     cells = summarize(rounds)
     lat = latency(rounds)
     flood = flood_ratio(rounds)
