@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import dataset, flags, load, provenance, queries
 from .report import CPU_LIMITS
@@ -38,26 +38,37 @@ TARGET = CPU_LIMITS[2]  # results.md's target: cached mixes, CPU per query <= 1.
 WARMUP_SECONDS = 1.0  # one unmeasured run per server and mix first: the packet cache fills, as in the suite
 
 
-def measure_server(server: Server, probe: str, qfiles: dict[str, Path], rates: tuple[float, ...], seconds: float,
-                   opts: Options) -> dict[str, dict[float, dict[str, Any]]]:
-    """Start `server`, run every mix at every rate, stop it: {mix: {rate: figures}}."""
-    got: dict[str, dict[float, dict[str, Any]]] = {}
+Step = Callable[[Server, Path, Any, bool], dict[str, Any]]  # (server, query file, rate, EDNS) -> one run's figures
+
+
+def measure_server(server: Server, probe: str, qfiles: dict[str, Path], rates: tuple[Any, ...], opts: Options,
+                   step: Step) -> dict[str, dict[Any, dict[str, Any]]]:
+    """Start `server`, run `step` on every mix at every rate (after a warm-up at the lowest rate given
+    as a number), each after waiting for a quiet core, stop it: {mix: {rate: figures}}."""
+    got: dict[str, dict[Any, dict[str, Any]]] = {}
+    warm = min((r for r in rates if isinstance(r, float)), default=2000.0)
     server.start(probe, timeout=120)
     try:
         time.sleep(2.0)  # as the suite: the start-up's own work done before the first measurement
         for mix, qfile in qfiles.items():
             edns = queries.needs_edns(mix)
-            load.dnsperf(server.port, qfile, seconds=WARMUP_SECONDS, rate=min(rates), cpu=opts.load_cpu,
+            load.dnsperf(server.port, qfile, seconds=WARMUP_SECONDS, rate=warm, cpu=opts.load_cpu,
                          timeout=opts.timeout, edns=edns)
             for rate in rates:
                 wait_quiet(server.cpu, opts.quiet_wait)
-                run = load.dnsperf(server.port, qfile, seconds=seconds, rate=rate, cpu=opts.load_cpu,
-                                   meter=server.cpu_seconds, timeout=opts.timeout, edns=edns)
-                got.setdefault(mix, {})[rate] = {"qps": round(run.qps), "loss": round(run.loss, 5),
-                                                 "passed": run.passed, "cpu_per_100k": run.cpu_per_100k}
+                got.setdefault(mix, {})[rate] = step(server, qfile, rate, edns)
     finally:
         server.stop()
     return got
+
+
+def rated(seconds: float, opts: Options) -> Step:
+    """knot_cost's step: one dnsperf run of `seconds` at the rate; throughput, loss and CPU per 100k queries."""
+    def step(server: Server, qfile: Path, rate: float, edns: bool) -> dict[str, Any]:
+        run = load.dnsperf(server.port, qfile, seconds=seconds, rate=rate, cpu=opts.load_cpu,
+                           meter=server.cpu_seconds, timeout=opts.timeout, edns=edns)
+        return {"qps": round(run.qps), "loss": round(run.loss, 5), "passed": run.passed, "cpu_per_100k": run.cpu_per_100k}
+    return step
 
 
 def summarize(rounds: list[dict[str, dict[str, dict[float, dict[str, Any]]]]]) -> dict[str, dict[str, Any]]:
@@ -83,7 +94,7 @@ def summarize(rounds: list[dict[str, dict[str, dict[float, dict[str, Any]]]]]) -
             if ratios:
                 cell.update(median=round(statistics.median(ratios), 3), low=round(min(ratios), 3),
                             high=round(max(ratios), 3))
-            out.setdefault(mix, {})[f"{rate:g}"] = cell
+            out.setdefault(mix, {})[rate if isinstance(rate, str) else f"{rate:g}"] = cell  # (light_cost's "max")
     return out
 
 
@@ -100,6 +111,47 @@ def verdicts(cells: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
             if cell["median"] > v["highest"]:
                 v["highest"], v["highest_mix"] = cell["median"], mix
     return by_rate
+
+
+def missing_tools(prog: str) -> int | None:
+    """Exit status 1, with a message, when dnsperf or knotd is not installed; None when both are."""
+    missing = [tool for tool in ("dnsperf", "knotd") if tool_path(tool) is None]
+    if not missing:
+        return None
+    print(f"{prog}: {', '.join(missing)} not found (apt install dnsperf knot)", file=sys.stderr)
+    return 1
+
+
+Measure = Callable[[Server, str, dict[str, Path]], dict[str, dict[Any, dict[str, Any]]]]
+
+
+def alternate(imports: int, mixes: tuple[str, ...], rounds: int, opts: Options, measure: Measure) -> list[dict[str, Any]]:
+    """The suite's data set and the mixes' query files written once, then `rounds` rounds of `measure`
+    (server, probe name, {mix: query file}) on mcsdns (from manifests) and Knot, the first alternating:
+    [{"mcsdns": figures, "knot": figures}] per round."""
+    spec = dataset.Spec(imports=imports, headless=(10, 100))
+    work = Path(tempfile.mkdtemp(prefix="mcsdns-knot-cost-"))
+    out = []
+    try:
+        manifests = dataset.write_manifests(spec, work / "objects.json")
+        zone = dataset.write_zone(spec, work / "clusterset.local.zone")
+        qdir = work / "queries"
+        qdir.mkdir()
+        qfiles = {mix: queries.write(mix, spec, qdir) for mix in mixes}
+        probe = queries.probe_name(spec)
+        with own_cpu(opts.load_cpu):
+            for i in range(rounds):
+                order = ("mcsdns", "knot") if i % 2 == 0 else ("knot", "mcsdns")
+                this: dict[str, Any] = {}
+                for label in order:
+                    server: Server = (Mcsdns(label, work, opts.server_cpu, manifests=manifests) if label == "mcsdns"
+                                      else Knot(label, work, opts.server_cpu, zonefile=zone))
+                    this[label] = measure(server, probe, qfiles)
+                out.append(this)
+                print(f"round {i + 1}/{rounds} done", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
 
 
 def _round(v: float | None) -> float | None:
@@ -123,43 +175,27 @@ def _rounds(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.knot_cost", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=_rounds, default=5, help="times each server measures every mix and rate")
-    parser.add_argument("--rates", type=flags.rates, default=RATES, help="q/s, comma-separated (default: %(default)s)")
-    parser.add_argument("--mixes", type=flags.mixes, default=MIXES, help="query mixes, comma-separated")
+def add_flags(parser: argparse.ArgumentParser, rounds: int, rates: tuple[float, ...], mixes: tuple[str, ...]) -> None:
+    """The flags of an alternating-rounds benchmark (this one and light_cost), with their defaults."""
+    parser.add_argument("--rounds", type=_rounds, default=rounds, help="times each server measures every mix and rate")
+    parser.add_argument("--rates", type=flags.rates, default=rates, help="q/s, comma-separated (default: %(default)s)")
+    parser.add_argument("--mixes", type=flags.mixes, default=mixes, help="query mixes, comma-separated")
     parser.add_argument("--seconds", type=_positive, default=4.0, help="seconds per measured run (the suite's step)")
     parser.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the data set (the suite's)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.knot_cost", description=__doc__.splitlines()[0])
+    add_flags(parser, 5, RATES, MIXES)
     args = parser.parse_args(argv)
-    missing = [tool for tool in ("dnsperf", "knotd") if tool_path(tool) is None]
-    if missing:
-        print(f"knot_cost: {', '.join(missing)} not found (apt install dnsperf knot)", file=sys.stderr)
-        return 1
+    if (missing := missing_tools("knot_cost")) is not None:
+        return missing
     opts = Options(out=Path("."))
-    spec = dataset.Spec(imports=args.imports, headless=(10, 100))
-    work = Path(tempfile.mkdtemp(prefix="mcsdns-knot-cost-"))
     started = provenance.now()
-    try:
-        manifests = dataset.write_manifests(spec, work / "objects.json")
-        zone = dataset.write_zone(spec, work / "clusterset.local.zone")
-        qdir = work / "queries"
-        qdir.mkdir()
-        qfiles = {mix: queries.write(mix, spec, qdir) for mix in args.mixes}
-        probe = queries.probe_name(spec)
-        rounds = []
-        with own_cpu(opts.load_cpu):
-            for i in range(args.rounds):
-                order = ("mcsdns", "knot") if i % 2 == 0 else ("knot", "mcsdns")
-                this: dict[str, Any] = {}
-                for label in order:
-                    server: Server = (Mcsdns(label, work, opts.server_cpu, manifests=manifests) if label == "mcsdns"
-                                      else Knot(label, work, opts.server_cpu, zonefile=zone))
-                    this[label] = measure_server(server, probe, qfiles, args.rates, args.seconds, opts)
-                rounds.append(this)
-                print(f"round {i + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    rounds = alternate(args.imports, args.mixes, args.rounds, opts,
+                       lambda server, probe, qfiles: measure_server(server, probe, qfiles, args.rates, opts,
+                                                                    rated(args.seconds, opts)))
     cells = summarize(rounds)
     summary = verdicts(cells)
     for mix, per_rate in cells.items():

@@ -1,0 +1,98 @@
+"""`python -m benchmarks.light_cost`: CPU per query at light load and saturated, mcsdns against Knot.
+
+A short real run (both servers start, dnsperf drives each at a fixed rate and unthrottled, the
+figures come from their processes' CPU time and dnsperf's latencies), how rounds become the flood
+ratio and the latency medians, the flags it refuses, and that docs/performance.md quotes the stored
+run as `markdown` renders it. The figures of a short run mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.knot_cost import summarize
+from benchmarks.light_cost import MAX, flood_ratio, latency, markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+STORED = ROOT / "benchmarks" / "results" / "light_cost.json"
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks.light_cost", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_a_short_run_measures_both_servers_at_a_rate_and_saturated(tmp_path: Path, benchmark_tools: None) -> None:
+    out = tmp_path / "light_cost.json"
+    proc = _run("--rounds", "1", "--rates", "2000", "--mixes", "nxdomain,random_subdomain", "--seconds", "1",
+                "--quiet-wait", "0", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())
+    for mix in ("nxdomain", "random_subdomain"):
+        assert set(got["cells"][mix]) == {"2000", MAX}
+        for rate, cell in got["cells"][mix].items():
+            figures = cell["mcsdns_cpu_per_100k"] + cell["knot_cpu_per_100k"]
+            assert all(v is not None and v > 0 for v in figures), (mix, rate, figures, proc.stdout)
+        lat = got["latency"][mix]["2000"]
+        for label in ("mcsdns", "knot"):
+            assert 0 < lat[f"{label}_mean_us"] <= lat[f"{label}_p99_us"]  # every answer took some time
+    assert got["cells"]["nxdomain"][MAX]["pairs"] == 1  # a saturated run always counts
+    assert set(got["flood"]) == {"mcsdns", "knot"} and got["flood"]["mcsdns"][MAX]["pairs"] == 1
+    assert "flood / cached NXDOMAIN" in proc.stdout and "saturated" in proc.stdout
+
+
+def _fig(cpu: float, passed: bool = True, mean: float | None = 50.0, p99: float | None = 90.0) -> dict:
+    return {"qps": 1000, "loss": 0.0 if passed else 0.01, "passed": passed, "cpu_per_100k": cpu,
+            "mean_us": mean, "p99_us": p99}
+
+
+def _round(nx: float, flood: float, knot_nx: float, knot_flood: float, passed: bool = True) -> dict:
+    return {
+        "mcsdns": {"nxdomain": {20000.0: _fig(nx, passed), MAX: _fig(nx / 4)},
+                   "random_subdomain": {20000.0: _fig(flood, mean=70.0), MAX: _fig(flood / 4)}},
+        "knot": {"nxdomain": {20000.0: _fig(knot_nx), MAX: _fig(knot_nx / 4)},
+                 "random_subdomain": {20000.0: _fig(knot_flood), MAX: _fig(knot_flood / 4)}},
+    }
+
+
+def test_the_flood_ratio_and_the_latency_are_taken_per_round() -> None:
+    rounds = [_round(2.0, 2.4, 1.0, 1.0), _round(2.0, 3.0, 1.0, 1.1, passed=False), _round(1.0, 1.5, 1.0, 1.2)]
+    flood = flood_ratio(rounds)
+    assert flood["mcsdns"]["20000"]["ratios"] == [1.2, 1.5]  # the round whose NXDOMAIN run missed its rate is left out
+    assert flood["mcsdns"][MAX]["ratios"] == [1.2, 1.5, 1.5]  # saturated runs always count
+    assert (flood["knot"]["20000"]["median"], flood["knot"]["20000"]["low"], flood["knot"]["20000"]["high"]) == (1.1, 1.0, 1.2)
+    lat = latency(rounds)
+    assert set(lat["nxdomain"]) == {"20000"}  # no latency for the saturated run
+    assert lat["random_subdomain"]["20000"]["mcsdns_mean_us"] == 70.0 and lat["nxdomain"]["20000"]["knot_p99_us"] == 90.0
+    cells = summarize(rounds)
+    assert set(cells["nxdomain"]) == {"20000", MAX} and cells["nxdomain"][MAX]["ratios"] == [2.0, 2.0, 1.0]
+
+
+def test_no_flood_ratio_without_both_mixes() -> None:
+    rounds = [_round(2.0, 2.4, 1.0, 1.0)]
+    for label in ("mcsdns", "knot"):
+        del rounds[0][label]["nxdomain"]
+    assert flood_ratio(rounds) == {}
+
+
+def test_the_performance_doc_quotes_the_stored_run() -> None:
+    stored = json.loads(STORED.read_text())
+    assert stored["rounds"] >= 3 and stored["command"].startswith("python -m benchmarks.light_cost")
+    assert {"clusterset_a", "nxdomain", "clusterset_a_case", "random_subdomain"} <= set(stored["cells"])
+    assert {"20000", "5000", MAX} <= set(stored["cells"]["clusterset_a"])
+    assert markdown(stored) in (ROOT / "docs" / "performance.md").read_text()
+
+
+@pytest.mark.parametrize("args", [
+    ("--rates", "0"), ("--rates", "nan"), ("--rounds", "0"), ("--seconds", "0"), ("--mixes", "nxdomain,no_such_mix"),
+    ("--markdown", "/nonexistent/light_cost.json"),
+])
+def test_bad_flags_get_usage_not_a_traceback(args: tuple[str, ...]) -> None:
+    proc = _run(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
