@@ -36,7 +36,9 @@ def make(label: str, work: Path, cpu: str | None, kubeconfig: Path, coredns_bin:
     return Mcsdns(label, work, cpu, kubeconfig=kubeconfig)
 
 
-def time_servers(args: argparse.Namespace, work: Path, kubeconfig: Path, coredns_bin: Path | None) -> None:
+def time_servers(args: argparse.Namespace, work: Path, kubeconfig: Path,
+                 coredns_bin: Path | None) -> dict[str, tuple[float, float, float]]:
+    """Print each server's sync figures; return them: label -> (median wall s, median CPU s, max RSS MB)."""
     spec = Spec(imports=args.imports, headless=(10, 100, 1000))
     probe = queries.probe_name(spec)
     labels = args.servers.split(",")
@@ -60,6 +62,8 @@ def time_servers(args: argparse.Namespace, work: Path, kubeconfig: Path, coredns
         print(f"{args.imports} imports, {label}: sync min {min(v):.2f} s, median {statistics.median(v):.2f} s, "
               f"max {max(v):.2f} s over {len(v)} rounds (cpu {args.cpu or 'any'}); CPU used by then: median "
               f"{statistics.median(cpu[label]):.2f} s; RSS {max(rss[label]):.0f} MB")
+    return {label: (statistics.median(times[label]), statistics.median(cpu[label]), max(rss[label]))
+            for label in labels}
 
 
 def main(argv: list[str] | None = None) -> None:

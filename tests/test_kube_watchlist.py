@@ -8,11 +8,14 @@ what the API no longer holds. With the real server: against the test bed's API s
 (v1.34, WatchList on by default) the sync makes no LIST request at all (the API server's
 own request counter says so); against one started with `--feature-gates=WatchList=false`,
 the streamed list is refused once per resource and mcsdns lists in pages from then on,
-with the same answers.
+with the same answers. Whatever the API server (tests/test_versions.py runs it against every
+version of the matrix), the list strategy logged is the one its answers called for, the
+requests sent are that strategy's, and a list and a relist leave the API's state.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -228,8 +231,57 @@ def test_an_api_server_without_streaming_lists_is_listed_in_pages(testbin: Path,
             after = lists_served(bed)
             assert all(after[r] > before[r] for r in LISTED), (before, after)
             log = server.log()
-            for kind in ("Namespace", "ServiceImport", "EndpointSlice"):  # refused once, then pages for good
-                assert log.count(f"{kind}: the API server does not stream lists") == 1, log
+            for kind in ("Namespace", "ServiceImport", "EndpointSlice"):  # refused once, then plain lists for good
+                chosen = [line for line in log.splitlines() if f"{kind}: listing by " in line]
+                assert len(chosen) == 1 and "the API server does not stream lists" in chosen[0], log
             assert "WatchList feature gate" in log  # the API server's reason, as it gave it
             bed.delete(SI_API, "ServiceImport", ns, "svc-4")
             server.wait_answer(fqdn("svc-4", ns), "A", NXDOMAIN)
+
+
+def test_the_list_strategy_is_the_one_the_server_answers_with(
+        testbed: Testbed, fresh_namespace: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    ensure_crd(testbed)
+    ns = fresh_namespace
+    seed(testbed, ns, 12)
+    monkeypatch.setattr(watching, "PAGE_SIZE", 4)  # more than a page, whichever way it is listed
+    caplog.set_level(logging.INFO, logger=watching.__name__)
+    source, store, resolver = pipeline()
+    configuration = load_configuration(testbed.kubeconfig_path, None, False)
+    conn = RecordingConnection(configuration)
+    for resource in resources(None):  # every kind, so the store is synced and answers
+        if resource.kind == "ServiceImport":
+            watcher = Watcher(conn, resource, threading.Event(), watch_list=True)
+            read_list(watcher, source)
+        else:
+            read_list(Watcher(ApiConnection(configuration), resource, threading.Event(), watch_list=True), source)
+    testbed.delete(SI_API, "ServiceImport", ns, "svc-1")  # seen by the relist alone: no watch is read
+    read_list(watcher, source)
+
+    sent = [(verb, q) for verb, path, q in conn.sent if path.endswith("/serviceimports")]
+    chosen = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ServiceImport: listing by ")]
+    assert len(chosen) == 1, chosen  # one line for the resource, though it was listed twice
+    print(f"{testbed.api.request('GET', '/version')['gitVersion']}: {chosen[0]}")
+    assert chosen[0].startswith(f"ServiceImport: listing by {watcher.strategy} (")
+    if watcher.strategy == "streamed list":
+        assert [verb for verb, _ in sent] == ["watch", "watch"], sent  # no list request at all
+        assert all(q["sendInitialEvents"] == "true" for _, q in sent)
+    else:
+        assert not watcher.watch_list and "the API server does not stream lists" in chosen[0]
+        assert sent[0][0] == "watch" and sent[0][1]["sendInitialEvents"] == "true", sent
+        first = sent[1][1]
+        assert sent[1][0] == "get" and first["resourceVersion"] == "0" and first["limit"] == 4, sent
+        if watcher.strategy == "whole list from the watch cache":
+            assert [verb for verb, _ in sent] == ["watch", "get", "get"], sent  # one response each
+            relist = sent[2][1]
+            assert relist["resourceVersionMatch"] == "NotOlderThan" and relist["resourceVersion"], relist
+            assert "limit" not in relist, relist  # a limit would send it to etcd
+        else:
+            assert watcher.strategy == "pages", watcher.strategy
+            relist = [q for verb, q in sent[2:] if q.get("continue") is None]
+            assert len(relist) == 1 and len(sent) > 4, sent  # relisted in pages, at the latest state
+            assert relist[0]["limit"] == 4 and "resourceVersion" not in relist[0], relist
+    assert {name for (n, name) in store.imports if n == ns} == {f"svc-{i}" for i in range(12) if i != 1} | {"web"}
+    assert answer(resolver, "svc-1", ns) == NXDOMAIN
+    assert answer(resolver, "svc-11", ns) == a("10.61.0.12")

@@ -720,6 +720,9 @@ class Testbed:
             f"--secure-port={port}",
             # Without it the apiserver looks for a default route and can fail.
             f"--advertise-address={self.host}",
+            # kube-apiserver 1.37 refuses to write a loopback address into the `kubernetes` Service's
+            # endpoints (it exits at start); outside a cluster nothing reads them.
+            *(("--endpoint-reconciler-type=none",) if self.host == "127.0.0.1" else ()),
             f"--cert-dir={self.dir / 'apiserver-certs'}",
             f"--tls-cert-file={self.serving.cert_path}",
             f"--tls-private-key-file={self.serving.key_path}",

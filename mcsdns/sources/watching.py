@@ -37,6 +37,20 @@ WatchList feature gate off, or a server older than 1.27) or that ignores it (a
 bookmark or a change before the end marker) is listed in pages from then on;
 one that ends the stream before the marker (its timeoutSeconds, a shutdown) is
 listed in pages this time.
+
+Plain lists, where lists are not streamed (a server older than 1.32 has the WatchList
+feature gate off: it refuses sendInitialEvents with a 422): a paginated list with no
+resourceVersion is a consistent read from etcd, page by page -- at 10k imports that
+was twice CoreDNS's sync on 1.30, since client-go's reflector starts with
+resourceVersion=0, which the watch cache serves whole and at once (ignoring the limit).
+So the first list asks for resourceVersion=0 too, still with the limit: what the server
+answers decides the relists. A list of more than PAGE_SIZE objects answered in one
+response came from the watch cache, which pages nothing: relists then ask it for the
+whole list again, not older than what was seen (resourceVersion=<last>, NotOlderThan,
+no limit: a limit would send them to etcd), as client-go does; the response holds no
+more than the first list's did. A server that answers in pages is listed in pages,
+consistent reads, as before. The strategy in use is logged once per resource, and
+again when the server's answers change it (`chose`).
 """
 
 from __future__ import annotations
@@ -383,6 +397,9 @@ class Watcher:
     watch_list: bool = False  # list by a streamed list (KEP-3157) first; False once the server refused one
     list_took: float = 0.0  # seconds the last complete list took (a streamed list's timeoutSeconds covers it)
     stream_list_cuts: int = 0  # streamed lists in a row that ended before their end marker
+    whole_from_cache: bool = False  # the server answered a list whole from its watch cache: relists ask for that
+    strategy: str = ""  # the list strategy last logged (`chose`)
+    refused: str = ""  # why the server does not stream lists, when it refused one
     _initial: Initial | None = field(default=None, init=False, repr=False)  # a streamed list is being read
     _response: Any = field(default=None, init=False, repr=False)  # the open stream, for interrupt()
 
@@ -472,7 +489,7 @@ class Watcher:
             if self._initial is None or not refuses_streaming(exc):
                 raise
             self.watch_list = False
-            log.info("%s: the API server does not stream lists (%s); listing in pages", self.resource.kind, exc)
+            self.refused = f"the API server does not stream lists: {exc}"
             return False
         finally:
             cut = self._initial is not None
@@ -517,9 +534,11 @@ class Watcher:
         is requested while this one is converted (`ahead`): the round trips overlap the work.
         """
         first = True
+        cached = self.whole_from_cache or not self.resource_version  # asked of the watch cache (pages())
         for page in ahead(self.pages(path), self.stop, f"list-{self.resource.plural}"):
             objects: list[Object] = []
             keep: set[ObjectKey] = set()
+            items = len(page.get("items") or [])
             for raw in page.get("items") or []:
                 obj = self.convert(raw)
                 if isinstance(obj, Rejected):
@@ -533,6 +552,8 @@ class Watcher:
                 self.resource_version = str(meta.get("resourceVersion") or "")
                 self.listed_at = time.monotonic()
                 self.list_timeout = LIST_TIMEOUT
+                if cached:
+                    self.choose_plain(first, items)
                 yield Listed(objects, frozenset(keep), self.resource_version, whole=first)
                 return
             yield ListedPage(objects, frozenset(keep), first)
@@ -542,11 +563,42 @@ class Watcher:
                 return
         # Ended before its last page: stopping (a list cut short never sweeps).
 
+    def choose_plain(self, first: bool, items: int) -> None:
+        """What a plain list's answer says about the server's lists (module docstring): relist whole or in pages."""
+        refused = f"{self.refused}; " if self.refused else ""
+        if not first:
+            self.whole_from_cache = False
+            self.chose("pages", f"{refused}it answers lists in pages of {PAGE_SIZE}")
+        elif items > PAGE_SIZE or self.whole_from_cache:
+            self.whole_from_cache = True
+            self.chose("whole list from the watch cache",
+                       f"{refused}it answered a list of {items} with a limit of {PAGE_SIZE} in one response")
+        else:
+            self.chose("pages", f"{refused}{items} objects fit one page")
+
+    def chose(self, strategy: str, why: str) -> None:
+        """Log the list strategy once per resource, and again when the server's answers change it."""
+        if strategy != self.strategy:
+            self.strategy = strategy
+            log.info("%s: listing by %s (%s)", self.resource.kind, strategy, why)
+
     def pages(self, path: str) -> Iterator[dict]:
-        """The decoded pages of one list, each requested with the previous one's continue token."""
+        """The decoded pages of one list, each requested with the previous one's continue token.
+
+        The first list asks the watch cache (resourceVersion=0, the limit kept: a server that
+        pages from its cache pages); relists ask it for the whole list when it answered that
+        way before, or read pages from etcd (module docstring).
+        """
         token: str | None = None
+        base: dict[str, Any] = {"limit": PAGE_SIZE}
+        if self.whole_from_cache and self.resource_version:
+            base = {"resourceVersion": self.resource_version, "resourceVersionMatch": "NotOlderThan"}
+        elif not self.resource_version:
+            base = {"limit": PAGE_SIZE, "resourceVersion": "0"}
         while True:
-            query = {"limit": PAGE_SIZE, "labelSelector": self.resource.label_selector, "continue": token}
+            query = {**base, "labelSelector": self.resource.label_selector, "continue": token}
+            if token is not None:
+                query.pop("resourceVersion", None)  # a continue token carries the list's own
             page = self.get(path, query, self.resource.list_accept, decode.page)
             token = (page.get("metadata") or {}).get("continue") or None
             yield page
@@ -721,6 +773,7 @@ class Watcher:
         if kind != "BOOKMARK" or not isinstance(annotations, dict) or annotations.get(INITIAL_EVENTS_END) != "true":
             raise NotStreamed(f"a {kind} event before the end of the initial events")
         self._initial = None
+        self.chose("streamed list", f"the API server sent the initial events and the {INITIAL_EVENTS_END} bookmark")
         self.resource_version = str(meta.get("resourceVersion") or "")
         self.listed_at = time.monotonic()
         self.list_timeout = LIST_TIMEOUT
