@@ -57,6 +57,17 @@ pytestmark = pytest.mark.cluster
 # --------------------------------------------------------------------------- fixtures
 
 
+@pytest.fixture(scope="module", autouse=True)
+def images_of_this_checkout() -> None:
+    """The images come from this checkout: build-images.sh rebuilds what changed (a warm run
+    only hashes its inputs, seconds), so no test here runs an image of older code than the tree's."""
+    done = subprocess.run([str(ROOT / "tools" / "testbin" / "build-images.sh")], capture_output=True, text=True,
+                          timeout=1800)
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        pytest.skip(f"tools/testbin/build-images.sh failed (exit {done.returncode}): {reason}")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module; skipped (a failure in CI) where a kubelet cannot run."""
