@@ -60,8 +60,23 @@ def test_helm_tsig_secret(tmp_path: Path) -> None:
     flags = parse_flags(objects["ConfigMap"]["data"]["flags"])
     assert f"--tsig-key-file={MOUNTED}" in flags
     default = by_kind(render(tmp_path))
+    assert [o["metadata"]["name"] for o in render(tmp_path) if o["kind"] == "Service"] == ["mcsdns"]
     assert "tsig" not in str(default["Deployment"]) and "--tsig-key-file" not in default["ConfigMap"]["data"]["flags"]
     serve_and_transfer(container["command"], [f.replace(MOUNTED, str(tmp_path / "tsig.key")) for f in flags], [], tmp_path)
+
+
+def test_helm_primaries_service(tmp_path: Path) -> None:
+    """transfers.primariesService: the pods' own addresses, headless, as the kustomize component's."""
+    rendered = render(tmp_path, {"transfers": {"primariesService": True}})
+    services = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "Service"}
+    assert_primaries(services.pop("mcsdns-primaries"), services["mcsdns"])
+
+
+def assert_primaries(primaries: dict, service: dict) -> None:
+    """Headless, over the same pods as the mcsdns Service, DNS over TCP only (zone transfers)."""
+    assert primaries["spec"]["clusterIP"] == "None"
+    assert primaries["spec"]["selector"] == service["spec"]["selector"]
+    assert [(p["port"], p["protocol"], p["targetPort"]) for p in primaries["spec"]["ports"]] == [(53, "TCP", "dns-tcp")]
 
 
 def test_kustomize_transfers_component(tmp_path: Path) -> None:
@@ -69,9 +84,7 @@ def test_kustomize_transfers_component(tmp_path: Path) -> None:
     services = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "Service"}
     # The pods' own addresses for secondaries (each replica has its own serials): the same pods, headless.
     primaries = services.pop("mcsdns-primaries")
-    assert primaries["spec"]["clusterIP"] == "None"
-    assert primaries["spec"]["selector"] == services["mcsdns"]["spec"]["selector"]
-    assert [(p["port"], p["protocol"], p["targetPort"]) for p in primaries["spec"]["ports"]] == [(53, "TCP", "dns-tcp")]
+    assert_primaries(primaries, services["mcsdns"])
     objects = by_kind([o for o in rendered if o is not primaries])
     pod = objects["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
