@@ -1,8 +1,11 @@
-"""argparse types the benchmark commands share, so a rate means the same thing to every one of them."""
+"""argparse types and flags the benchmark commands share, so a rate means the same thing to every one of them."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
 
 from .queries import MIXES
 
@@ -34,3 +37,18 @@ def mixes(text: str) -> tuple[str, ...]:
     if not names or unknown:
         raise argparse.ArgumentTypeError(f"unknown mix {', '.join(unknown) or text!r}; known: {', '.join(MIXES)}")
     return names
+
+
+def add_markdown(parser: argparse.ArgumentParser, doc: str) -> None:
+    """`--markdown JSON`: print the table `doc` quotes from a stored run, and run nothing."""
+    parser.add_argument("--markdown", type=Path, metavar="JSON",
+                        help=f"print the table {doc} quotes from a stored run, and run nothing")
+
+
+def print_markdown(parser: argparse.ArgumentParser, path: Path, render: Callable[[dict], str]) -> int:
+    """The `--markdown` run: the stored run's table on stdout, or a usage error naming what is wrong with it."""
+    try:
+        print(render(json.loads(path.read_text())), end="")
+    except (OSError, ValueError, KeyError, StopIteration) as exc:
+        parser.error(f"--markdown {path}: {exc}")
+    return 0

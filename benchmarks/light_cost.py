@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import load, provenance, queries
+from . import flags, load, provenance, queries
 from .knot_cost import Step, add_flags, alternate, measure_server, missing_tools, summarize
 from .servers import Server
 from .suite import Options
@@ -189,15 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-max", action="store_true", help="skip the unthrottled (saturated) run per mix")
     parser.add_argument("--quiet-wait", type=float, default=QUIET_WAIT,
                         help="seconds to wait for an idle server core before each run (default: %(default)s)")
-    parser.add_argument("--markdown", type=Path, metavar="JSON",
-                        help="print the table docs/performance.md quotes from a stored run, and run nothing")
+    flags.add_markdown(parser, "docs/performance.md")
     args = parser.parse_args(argv)
     if args.markdown is not None:
-        try:
-            print(markdown(json.loads(args.markdown.read_text())), end="")
-        except (OSError, ValueError, KeyError, StopIteration) as exc:
-            parser.error(f"--markdown {args.markdown}: {exc}")
-        return 0
+        return flags.print_markdown(parser, args.markdown, markdown)
     if (missing := missing_tools("light_cost")) is not None:
         return missing
     opts = Options(out=Path("."), quiet_wait=args.quiet_wait)

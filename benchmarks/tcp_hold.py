@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import provenance
+from benchmarks import flags, provenance
 from benchmarks.servers import CoreDns, Mcsdns, Server
 from mcsdns.sources.manifests import default_paths
 from testsupport import tcpclients
@@ -127,15 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="hold: each connection sends nothing, half a prefix or a lying prefix; pipeline: 100 "
                         "queries, and never reads a reply (comma list)")
     parser.add_argument("--out", type=Path, help="store the rows as JSON here")
-    parser.add_argument("--markdown", type=Path, metavar="JSON",
-                        help="print the table docs/reliability.md quotes from a stored run, and run nothing")
+    flags.add_markdown(parser, "docs/reliability.md")
     args = parser.parse_args(argv)
     if args.markdown is not None:
-        try:
-            print(markdown(json.loads(args.markdown.read_text())), end="")
-        except (OSError, ValueError, KeyError) as exc:
-            parser.error(f"--markdown {args.markdown}: {exc}")
-        return 0
+        return flags.print_markdown(parser, args.markdown, markdown)
     try:
         counts = [int(x) for x in args.connections.split(",")]
         sources = [int(x) for x in args.sources.split(",")]
