@@ -31,12 +31,9 @@ from dnslib import RR, DNSBuffer
 
 from .compile import Service
 from .store import ServiceKey
-from .table import Table
+from .table import SERIAL_MASK, Table
 from .vocab import Record
 from .zonefile import as_rr, owned_records
-
-SERIAL_MASK = 0xFFFFFFFF
-
 
 def serial_lt(a: int, b: int) -> bool:
     """a < b in RFC 1982 serial arithmetic (32 bits)."""

@@ -612,7 +612,7 @@ class Metrics(Collector):
         if self.views is not None:
             serial = GaugeMetricFamily("mcsdns_zone_serial", "The SOA serial the zones are served with: the Unix "
                                        "time in milliseconds of the last change, modulo 2^32.")
-            serial.add_metric([], self.views.table.serial & 0xFFFFFFFF)
+            serial.add_metric([], self.views.table.soa_serial)
             yield serial
             if self.views.tcp is not None:
                 yield from self._collect_tcp(self.views.tcp)

@@ -106,6 +106,7 @@ def clock_serial() -> int:
 
 
 MAX_SERIAL_STEP = 2**31 - 1  # the largest step RFC 1982 reads as newer
+SERIAL_MASK = 0xFFFFFFFF  # a serial as the SOA writes it: 32 bits
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,7 @@ class Table:
         """The zone SOA as authority, its owner pointing at the zone inside the question."""
         rec = self._soa.get(zone_at)
         if rec is None:
-            rec = self._soa[zone_at] = soa_record(zone_at, min(self.ttl, 300), self.ttl, self.serial & 0xFFFFFFFF)
+            rec = self._soa[zone_at] = soa_record(zone_at, min(self.ttl, 300), self.ttl, self.soa_serial)
         return rec
 
     def negative(self, rcode: int, zone_at: int) -> Body:
@@ -219,7 +220,7 @@ class Table:
         answers; `short`: every name in `ans` is known to fit in 255 bytes (Renderer.render)."""
         if ans.soa and not ans.answer and not ans.additional:
             return self.negative(ans.rcode, 12 + len(lname) - zone_len)
-        return Renderer(lname, zone_len, names).render(ans, min(self.ttl, 300), self.ttl, self.serial & 0xFFFFFFFF,
+        return Renderer(lname, zone_len, names).render(ans, min(self.ttl, 300), self.ttl, self.soa_serial,
                                                        short=short)
 
     # ----------------------------------------------------------------- compiling
@@ -330,6 +331,11 @@ class Table:
         self._compile_apex()
         if self.on_bump is not None:
             self.on_bump()
+
+    @property
+    def soa_serial(self) -> int:
+        """The serial as the SOA record writes it (`serial` counts on past 2**32: RFC 1982 wraps it)."""
+        return self.serial & SERIAL_MASK
 
     def set_serial(self, serial: int) -> None:
         """Take another table's SOA serial (a --workers worker takes its supervisor's); a new

@@ -184,7 +184,7 @@ class _Packed:
         self.table = table
         self.zone = zone
         self.generation = table.generation
-        self.serial = table.serial & 0xFFFFFFFF
+        self.serial = table.soa_serial
         self.messages: list[bytes] = []
 
     async def build(self) -> bool:
@@ -384,7 +384,7 @@ class Transfers:
             if client_serial is None:
                 yield fail(vocab.FORMERR, "formerr")
                 return
-            serial = self.table.serial & 0xFFFFFFFF
+            serial = self.table.soa_serial
             if not tcp or client_serial == serial:
                 self._result(kind, "current" if client_serial == serial else "udp_soa")
                 yield self._dress(self.soa_message(req.lname), req, ctx)

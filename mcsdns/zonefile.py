@@ -78,7 +78,7 @@ def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) ->
     apex = _name((), origin)
     yield RR(apex, QTYPE.SOA, ttl=min(ttl, 300), rdata=SOA(
         _name(zone.NS_NAME, origin), _name(("hostmaster",), origin),
-        (table.serial & 0xFFFFFFFF, SOA_REFRESH, SOA_RETRY, SOA_EXPIRE, ttl)))  # fmt: skip
+        (table.soa_serial, SOA_REFRESH, SOA_RETRY, SOA_EXPIRE, ttl)))  # fmt: skip
     fixed = [
         ((), zone.answer((), vocab.NS, table, ttl, ns_addresses)),
         (("dns-version",), zone.answer(("dns-version",), vocab.TXT, table, ttl, ns_addresses)),
