@@ -25,25 +25,32 @@ import dns.zone
 import pytest
 
 from testsupport.churn import Churn
-from testsupport.secondaries import BindSecondary, KnotSecondary
+from testsupport.secondaries import BindSecondary, CoreDNSSecondary, KnotSecondary
 from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
 from testsupport.zonecompare import ZONE, answers_alike, ask, questions, soa_fields
 from test_zonefile import print_zone
 
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
 SOURCES = {"example": (EXAMPLE, ()), "contract": (FIXTURES / "contract.yaml", ("--namespaces", "testns"))}
-SECONDARIES = {"knot": KnotSecondary, "bind": BindSecondary}
+SECONDARIES = {"knot": KnotSecondary, "bind": BindSecondary, "coredns": CoreDNSSecondary}
 SECRET = base64.b64encode(bytes(range(100, 132))).decode()
+
+
+def transfer_flags(kind: str, key_file: Path) -> tuple[str, ...]:
+    """mcsdns's transfer flags for a secondary of `kind`: with the TSIG key where it signs its requests
+    (Knot, BIND); CoreDNS's `secondary` cannot, so it gets transfers by address alone."""
+    key_file.write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    key = ("--tsig-key-file", str(key_file)) if SECONDARIES[kind].tsig else ()
+    return ("--transfer-to", "127.0.0.1", *key)
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
 @pytest.mark.parametrize("kind", sorted(SECONDARIES))
 def test_secondary_loads_the_zone_with_tsig_and_answers_like_mcsdns(kind: str, source: str, tmp_path: Path) -> None:
     manifests, extra = SOURCES[source]
-    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
     asked, names = questions(print_zone(manifests, *extra))
-    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", *extra, "--transfer-to", "127.0.0.1",
-                "--tsig-key-file", str(tmp_path / "key")) as server:
+    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", *extra,
+                *transfer_flags(kind, tmp_path / "key")) as server:
         with SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET)) as secondary:
             assert secondary.serial() == ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
             compared = answers_alike(server.dns_port, secondary.port, asked, kind)
@@ -66,6 +73,21 @@ def test_a_secondary_with_the_wrong_key_gets_nothing(tmp_path: Path) -> None:
     assert 'result="badsig"' in metrics, metrics
 
 
+def test_corednss_secondary_cannot_sign_so_a_keyed_primary_refuses_it(tmp_path: Path) -> None:
+    """CoreDNS's `secondary` has no TSIG (its AXFR request is never signed): against mcsdns with
+    `--tsig-key-file` it loads nothing, each try REFUSED as unsigned, and it keeps retrying."""
+    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    with Server("--manifests", str(EXAMPLE), "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key")) as server:
+        coredns = CoreDNSSecondary(tmp_path / "coredns", server.dns_port, ("xfr-key", "hmac-sha256", SECRET), load_timeout=3)
+        with pytest.raises(AssertionError, match="loading the zone"):
+            with coredns:
+                pass
+        _, metrics = server.http("/metrics")
+    assert "masters failed to transfer" in coredns.log() and "bad xfr rcode: 5" in coredns.log(), coredns.log()  # 5: REFUSED
+    assert 'mcsdns_transfers_total{result="unsigned",type="axfr"} ' in metrics, metrics
+    assert 'result="axfr"' not in metrics, metrics
+
+
 def a_record(port: int, name: str) -> str | None:
     """The A answer of `name` (None: NXDOMAIN), or "?" for anything else (not there yet)."""
     reply = ask(port, name, "A")
@@ -83,15 +105,14 @@ def a_set(port: int, name: str) -> set[str] | None:
 
 
 @pytest.mark.parametrize("kind", sorted(SECONDARIES))
-def test_secondary_follows_creates_updates_and_deletes_by_ixfr(kind: str, tmp_path: Path) -> None:
+def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, tmp_path: Path) -> None:
     """Manifests change 12 times (testsupport/churn.py: ClusterSetIP and headless services created, updated,
     deleted); after each, mcsdns answers the change and sends NOTIFY, and the secondary (SOA refresh 2 h:
-    only the NOTIFY can bring it so soon) reaches mcsdns's serial by IXFR from the journal, and answers
-    every question of the zone as mcsdns does. Only its first load is a whole zone."""
-    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    only the NOTIFY can bring it so soon) reaches mcsdns's serial and answers every question of the zone as
+    mcsdns does. Knot and BIND do it by IXFR from the journal (only their first load is a whole zone);
+    CoreDNS's `secondary` asks AXFR only, so it takes the whole zone at every change, as its source says."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
-                    "--tsig-key-file", str(tmp_path / "key"))
+    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags(kind, tmp_path / "key"))
     secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
     server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
     with server, secondary:
@@ -111,6 +132,13 @@ def test_secondary_follows_creates_updates_and_deletes_by_ixfr(kind: str, tmp_pa
     transfers = {line.split("{")[1].split("}")[0]: float(line.split()[-1]) for line in metrics.splitlines()
                  if line.startswith("mcsdns_transfers_total{")}
     print(f"{kind}: {transfers}")
+    if kind == "coredns":  # AXFR only: one whole zone per serial it reached, each after a NOTIFY it accepted
+        log = secondary.log()
+        loads = log.count(f"Transferred: {ZONE} from 127.0.0.1:{server.dns_port}")
+        assert set(transfers) == {'result="axfr",type="axfr"'} and transfers['result="axfr",type="axfr"'] == loads, log
+        assert loads >= 13 and log.count(f"Notify from 127.0.0.1 for {ZONE}: checking transfer") >= 12, log
+        assert "Dropping notify" not in log, log
+        return
     assert transfers.get('result="axfr",type="axfr"', 0) + transfers.get('result="fallback_axfr",type="ixfr"', 0) == 1
     assert transfers['result="ixfr",type="ixfr"'] >= 12 / 2, transfers  # NOTIFYs within 50 ms coalesce
     assert "mcsdns_ixfr_fallbacks_total{" not in metrics, metrics
@@ -188,18 +216,19 @@ def transfer_text(port: int) -> tuple[int, str]:
 
 
 @pytest.mark.kube
-def test_knot_follows_changes_made_through_the_api(testbed, fresh_namespace: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["knot", "coredns"])
+def test_secondary_follows_changes_made_through_the_api(kind: str, testbed, fresh_namespace: str, tmp_path: Path) -> None:
     """The API source: ServiceImports and EndpointSlices created, updated and deleted in a real
-    kube-apiserver; a Knot secondary answers each change as mcsdns does, by NOTIFY, then every name."""
+    kube-apiserver; a Knot (TSIG) or CoreDNS secondary answers each change as mcsdns does, by NOTIFY,
+    then every name."""
     from kube_server import ES_API, MCS, KubeServer, endpoint_slice, ensure_crd, service_import
 
     ensure_crd(testbed)
     ns = fresh_namespace
-    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
     server = KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--namespaces", ns, "--ns-address",
-                        "127.0.0.1", "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key"))
-    knot = KnotSecondary(tmp_path / "knot", server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
-    server.args += ["--notify", f"127.0.0.1:{knot.port}"]
+                        "127.0.0.1", *transfer_flags(kind, tmp_path / "key"))
+    secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
+    server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
     vip, web = f"vip.{ns}.svc.{ZONE}", f"web.{ns}.svc.{ZONE}"
     steps = [
         (lambda: testbed.create(service_import(ns, "vip", ["10.9.0.1"])), vip, "10.9.0.1"),
@@ -213,17 +242,17 @@ def test_knot_follows_changes_made_through_the_api(testbed, fresh_namespace: str
     ]
     with server:
         server.wait_until_ready()
-        with knot:
+        with secondary:
             for act, name, address in steps:
                 act()
                 eventually(lambda: a_record(server.dns_port, name) == address, timeout=10, what=f"mcsdns: {name}")
-                eventually(lambda: a_record(knot.port, name) == address, timeout=10,
-                           what=lambda: f"knot following {name} -> {address}: {knot.log()[-2000:]}")
+                eventually(lambda: a_record(secondary.port, name) == address, timeout=10,
+                           what=lambda: f"{kind} following {name} -> {address}: {secondary.log()[-2000:]}")
             testbed.create(service_import(ns, "last", ["10.9.0.9"]))
-            eventually(lambda: a_record(knot.port, f"last.{ns}.svc.{ZONE}") == "10.9.0.9", timeout=10)
+            eventually(lambda: a_record(secondary.port, f"last.{ns}.svc.{ZONE}") == "10.9.0.9", timeout=10)
             proc = subprocess.run([sys.executable, "-m", "mcsdns", "zone", "--kubeconfig", str(testbed.kubeconfig_path),
                                    "--namespaces", ns, "--ns-address", "127.0.0.1"], cwd=ROOT, capture_output=True,
                                   text=True, timeout=120)
             assert proc.returncode == 0, proc.stderr
             asked, _ = questions(proc.stdout)
-            answers_alike(server.dns_port, knot.port, asked)
+            answers_alike(server.dns_port, secondary.port, asked)
