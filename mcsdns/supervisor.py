@@ -81,9 +81,11 @@ RESTART_WINDOW = 60.0
 STARTUP_GRACE = 10.0  # a worker failing this soon after it started is a configuration error: stop all
 SCRAPE_TIMEOUT = 2.0  # seconds a worker has to send its metrics for one /metrics request
 MAX_BACKLOG = 256 << 20  # bytes of updates a worker may leave unread before it is killed (and forked afresh)
-# The families a worker reports (its query path, its forwarder, its process); the rest is the supervisor's.
+# The families a worker reports (its query path, its forwarder, the transfers it answers, its process); the
+# rest is the supervisor's (the supervisor answers no DNS, so its transfer counters stay empty).
 WORKER_FAMILIES = ("coredns_dns_", "coredns_proxy_", "coredns_forward_", "coredns_panics", "coredns_plugin_enabled",
-                   "mcsdns_forward_", "mcsdns_dropped", "mcsdns_table_generation", "mcsdns_tcp_", "process_")
+                   "mcsdns_forward_", "mcsdns_dropped", "mcsdns_table_generation", "mcsdns_tcp_", "process_",
+                   "mcsdns_transfers", "mcsdns_ixfr_fallbacks")
 HEADER = struct.Struct(">I")
 UPDATE_FAILED = 3  # a worker's exit code when it could not apply an update (restarted, never a startup error)
 

@@ -104,15 +104,19 @@ def a_set(port: int, name: str) -> set[str] | None:
     return {rd.address for rrset in reply.answer for rd in rrset}
 
 
-@pytest.mark.parametrize("kind", sorted(SECONDARIES))
-def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("kind", "workers"), [*((kind, 1) for kind in sorted(SECONDARIES)), ("knot", 2)])
+def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, workers: int, tmp_path: Path) -> None:
     """Manifests change 12 times (testsupport/churn.py: ClusterSetIP and headless services created, updated,
     deleted); after each, mcsdns answers the change and sends NOTIFY, and the secondary (SOA refresh 2 h:
     only the NOTIFY can bring it so soon) reaches mcsdns's serial and answers every question of the zone as
     mcsdns does. Knot and BIND do it by IXFR from the journal (only their first load is a whole zone);
-    CoreDNS's `secondary` asks AXFR only, so it takes the whole zone at every change, as its source says."""
+    CoreDNS's `secondary` asks AXFR only, so it takes the whole zone at every change, as its source says.
+    With `--workers 2` each worker answers the secondary's SOA queries and transfers from its own copy of
+    the journal, kept in step by the supervisor's updates (the same serials, the same differences): Knot
+    still gets one AXFR and IXFR only, whichever worker each connection lands on."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags(kind, tmp_path / "key"))
+    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags(kind, tmp_path / "key"),
+                    "--workers", str(workers))
     secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
     server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
     with server, secondary:
@@ -129,9 +133,11 @@ def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, tmp_
                 answers_alike(server.dns_port, secondary.port, asked, kind)
         _, metrics = server.http("/metrics")
     assert 'mcsdns_notify_total{result="acknowledged"}' in metrics, metrics
-    transfers = {line.split("{")[1].split("}")[0]: float(line.split()[-1]) for line in metrics.splitlines()
-                 if line.startswith("mcsdns_transfers_total{")}
+    transfers = counts(metrics, "mcsdns_transfers_total")
     print(f"{kind}: {transfers}")
+    if workers > 1:  # both workers answered the secondary
+        assert len({line.split('worker="')[1].split('"')[0] for line in metrics.splitlines()
+                    if line.startswith("mcsdns_transfers_total{")}) == workers, metrics
     if kind == "coredns":  # AXFR only: one whole zone per serial it reached, each after a NOTIFY it accepted
         log = secondary.log()
         loads = log.count(f"Transferred: {ZONE} from 127.0.0.1:{server.dns_port}")
@@ -149,6 +155,16 @@ def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, tmp_
         assert log.count("AXFR, incoming") == 2 and "AXFR-style" not in log and len(ixfr) >= 6, log[-3000:]
         print(f"knot: IXFR sizes {ixfr} bytes")
         assert max(ixfr) < 1024, ixfr
+
+
+def counts(metrics: str, family: str) -> dict[str, float]:
+    """A counter's samples by their labels, summed over `worker` (--workers N labels each worker's)."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith(family + "{"):
+            labels = ",".join(x for x in line.split("{")[1].split("}")[0].split(",") if not x.startswith("worker="))
+            out[labels] = out.get(labels, 0) + float(line.split()[-1])
+    return out
 
 
 def test_two_replicas_under_churn_each_with_a_pinned_secondary(tmp_path: Path) -> None:
