@@ -10,7 +10,9 @@ as exactly those. The secondary's serial is mcsdns's own.
 from __future__ import annotations
 
 import base64
+import os
 import signal
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +28,9 @@ import pytest
 
 from testsupport.churn import Churn
 from testsupport.secondaries import BindSecondary, CoreDNSSecondary, KnotSecondary
-from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
+from testsupport.serverproc import FIXTURES, ROOT, Server, eventually, http_get
 from testsupport.zonecompare import ZONE, answers_alike, ask, questions, soa_fields
+from test_workers import worker_pids
 from test_zonefile import print_zone
 
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
@@ -155,6 +158,46 @@ def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, work
         assert log.count("AXFR, incoming") == 2 and "AXFR-style" not in log and len(ixfr) >= 6, log[-3000:]
         print(f"knot: IXFR sizes {ixfr} bytes")
         assert max(ixfr) < 1024, ixfr
+
+
+def test_with_workers_the_notify_waits_until_every_worker_serves_the_change(tmp_path: Path) -> None:
+    """--workers 2: the secondary asks its SOA of any worker after a NOTIFY, so a worker that has not applied
+    the change would answer the old serial and the secondary would keep its copy. With one worker stopped
+    (SIGSTOP) a change reaches the supervisor (its serial moves) but no NOTIFY leaves; once the worker runs
+    again and applies it, the NOTIFY goes and Knot follows it by IXFR."""
+    churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
+    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags("knot", tmp_path / "key"),
+                    "--workers", "2")
+    knot = KnotSecondary(tmp_path / "knot", server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
+    server.args += ["--notify", f"127.0.0.1:{knot.port}"]
+
+    def scrape() -> tuple[float, float, bool]:
+        """(the supervisor's serial, NOTIFY sent (each try), one acknowledged); a stopped worker's part of
+        /metrics waits 2 s."""
+        status, metrics = http_get(server.http_port, "/metrics", timeout=10)
+        assert status == 200, metrics
+        notify = counts(metrics, "mcsdns_notify_total")
+        return (float(next(line.split()[-1] for line in metrics.splitlines() if line.startswith("mcsdns_zone_serial "))),
+                notify.get('result="sent"', 0), notify.get('result="acknowledged"', 0) >= 1)
+
+    with server, knot:
+        # The NOTIFY of the initial sync went before Knot listened: its retries end (acknowledged) first.
+        serial, sent, _ = eventually(lambda: (got := scrape())[2] and got, timeout=30, what="the first NOTIFY answered")
+        stopped = worker_pids(server)[1]
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            name, expected = churn.step()
+            server.signal(signal.SIGHUP)
+            eventually(lambda: scrape()[0] != serial, timeout=15, what="the supervisor applying the change")
+            time.sleep(1)
+            assert scrape()[1] == sent, "a NOTIFY left while a worker still served the old serial"
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        eventually(lambda: a_set(knot.port, name) == expected, timeout=10, what=lambda: f"knot: {knot.log()[-2000:]}")
+        current = ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
+        assert knot.serial() == current and scrape()[1] > sent
+    assert "AXFR-style" not in knot.log() and knot.log().count("IXFR, incoming") >= 1, knot.log()[-3000:]
+    assert "NOTIFY sent before workers" not in server.log(), server.log()
 
 
 def counts(metrics: str, family: str) -> dict[str, float]:
