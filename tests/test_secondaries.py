@@ -91,6 +91,16 @@ def test_corednss_secondary_cannot_sign_so_a_keyed_primary_refuses_it(tmp_path: 
     assert 'result="axfr"' not in metrics, metrics
 
 
+def test_corednss_secondary_takes_the_primary_by_address_only(tmp_path: Path) -> None:
+    """`transfer from` must be an IP address: CoreDNS refuses a name at startup, so a secondary cannot follow
+    a DNS name such as the headless Service `mcsdns-primaries` by itself (docs/transfers.md)."""
+    coredns = CoreDNSSecondary(tmp_path / "coredns", 53, ("xfr-key", "hmac-sha256", SECRET))
+    corefile = tmp_path / "Corefile"
+    corefile.write_text(coredns.config("", "", "").replace("127.0.0.1:53", "localhost:53"))
+    done = subprocess.run([coredns.executable, "-conf", str(corefile)], capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "must specify an IP address: `localhost'" in done.stdout + done.stderr, done
+
+
 def a_record(port: int, name: str) -> str | None:
     """The A answer of `name` (None: NXDOMAIN), or "?" for anything else (not there yet)."""
     reply = ask(port, name, "A")
