@@ -9,8 +9,6 @@ before the first transfer). Stopped by PID (SIGTERM, then SIGKILL) however the t
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,7 +20,7 @@ import dns.rcode
 import dns.rdatatype
 
 from testsupport.serverproc import eventually
-from testsupport.testbed import free_port, stop_popen, testbin_cache
+from testsupport.testbed import free_port, stop_popen, testbin_coredns
 
 ZONE = "clusterset.local."
 
@@ -145,14 +143,7 @@ class CoreDNSSecondary(Secondary):
     conf_flag = "-conf"
 
     def find_binary(self) -> str:
-        explicit = os.environ.get("MCSDNS_COREDNS")
-        path = Path(explicit) if explicit else testbin_cache() / "bin" / "coredns"
-        if not path.exists():
-            raise RuntimeError(f"CoreDNS not found at {path}: build it with tools/testbin/build.sh")
-        plugins = subprocess.run([str(path), "-plugins"], capture_output=True, text=True, timeout=30).stdout
-        if not re.search(r"^\s*(dns\.)?secondary\s*$", plugins, re.M):
-            raise RuntimeError(f"{path} has no `secondary` plugin: rebuild it with tools/testbin/build.sh")
-        return str(path)
+        return str(testbin_coredns("secondary", "no `secondary` plugin: rebuild it with tools/testbin/build.sh"))
 
     def config(self, key_name: str, algorithm: str, secret: str) -> str:
         return (f"{ZONE}:{self.port} {{\n    bind 127.0.0.1\n"
