@@ -38,6 +38,8 @@ from testsupport.cluster import (
     client_sh,
     deployment_ready,
     kustomize_overlay,
+    node_local_corefile,
+    node_local_dns_objects,
     point_coredns_at,
     preflight,
     run_node_local_dns,
@@ -543,3 +545,18 @@ def test_node_local_dns_as_a_secondary_holds_the_zone_and_follows_a_change(clust
     log = node_local_log()
     assert f"Notify from {pod_ip} for {ZONE}.: checking transfer" in log, log
     assert log.count(f"Transferred: {ZONE}. from {pod_ip}:5353") > loads, log
+
+    # The named pod goes: node-local-dns answers from the zone it holds; the block rewritten with a current
+    # pod's address (the ConfigMap alone, as `kubectl edit` does) is applied by `reload`, and it follows again.
+    kubectl(cluster, "-n", NS, "delete", "pod", pod["metadata"]["name"], "--wait=true", timeout=120)
+    assert pod_dig(web) == ["10.245.0.12"]
+    other = next(p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")
+                 and p["status"].get("podIP") not in (None, pod_ip))
+    new_ip = other["status"]["podIP"]
+    configmap = node_local_dns_objects(node_local_corefile(block=block.replace("MCSDNS_POD_IP", new_ip)))[0]
+    kubectl(cluster, "apply", "-f", "-", input=json.dumps(configmap))
+    wait_for(lambda: f"Transferred: {ZONE}. from {new_ip}:5353" in node_local_log(), 180,
+             "node-local-dns reloading the block and transferring from the other pod", 2)
+    cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.13"])))
+    wait_for(lambda: pod_dig(web) == ["10.245.0.13"], 30, "a change after the move", 0.2)
+    assert f"Notify from {new_ip} for {ZONE}.: checking transfer" in node_local_log()
