@@ -19,7 +19,7 @@ import logging
 import random
 import socket
 import struct
-from typing import Callable
+from typing import Awaitable, Callable
 
 import dns.exception
 import dns.message
@@ -45,6 +45,9 @@ class Notifier:
         self.on_result = on_result  # metrics: "sent", "acknowledged", "failed", "error"
         self._changed = asyncio.Event()
         self._round: list[asyncio.Task] = []
+        # --workers: waits until every worker serves the new serial (Supervisor._caught_up), so the
+        # secondary's SOA query after the NOTIFY does not meet a worker still on the old one.
+        self.caught_up: Callable[[], Awaitable[None]] | None = None
 
     def changed(self) -> None:
         """The table has a new serial (Table.on_bump)."""
@@ -59,6 +62,8 @@ class Notifier:
                 self._changed.clear()  # the changes of the window go out in this round
                 if not self.transfers.table.synced:
                     continue
+                if self.caught_up is not None:
+                    await self.caught_up()
                 for task in self._round:
                     task.cancel()  # an older serial: not worth announcing any more
                 self._round = [asyncio.create_task(self._notify(target, lname))

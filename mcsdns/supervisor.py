@@ -14,6 +14,9 @@ place instead of rendering them again (the same `Table.on_change` as in one
 process decides what changes, so the same answers; the SOA serial is the
 supervisor's).
 
+With --notify a worker reports each update applied, and the NOTIFY waits until every serving worker
+has (Supervisor._caught_up): a secondary's SOA query after it may land on any worker.
+
 A worker that dies is forked again from the supervisor's current state (so it
 needs no catch-up) and serves within a fork and a bind; the others are not
 touched. A worker whose supervisor is gone (its socket reads EOF) stops.
@@ -80,10 +83,13 @@ RESTART_LIMIT = 5  # restarts of failed workers within RESTART_WINDOW before giv
 RESTART_WINDOW = 60.0
 STARTUP_GRACE = 10.0  # a worker failing this soon after it started is a configuration error: stop all
 SCRAPE_TIMEOUT = 2.0  # seconds a worker has to send its metrics for one /metrics request
+CATCH_UP_WAIT = 10.0  # --notify: seconds a NOTIFY waits for every serving worker to apply the change
 MAX_BACKLOG = 256 << 20  # bytes of updates a worker may leave unread before it is killed (and forked afresh)
-# The families a worker reports (its query path, its forwarder, its process); the rest is the supervisor's.
+# The families a worker reports (its query path, its forwarder, the transfers it answers, its process); the
+# rest is the supervisor's (the supervisor answers no DNS, so its transfer counters stay empty).
 WORKER_FAMILIES = ("coredns_dns_", "coredns_proxy_", "coredns_forward_", "coredns_panics", "coredns_plugin_enabled",
-                   "mcsdns_forward_", "mcsdns_dropped", "mcsdns_table_generation", "mcsdns_tcp_", "process_")
+                   "mcsdns_forward_", "mcsdns_dropped", "mcsdns_table_generation", "mcsdns_tcp_", "process_",
+                   "mcsdns_transfers", "mcsdns_ixfr_fallbacks")
 HEADER = struct.Struct(">I")
 UPDATE_FAILED = 3  # a worker's exit code when it could not apply an update (restarted, never a startup error)
 
@@ -136,6 +142,7 @@ class Worker:
     writer: asyncio.StreamWriter | None = None
     pending: list[bytes] = field(default_factory=list)  # updates sent before the connection was set up
     scrapes: dict[int, asyncio.Future] = field(default_factory=dict)
+    applied: int = 0  # --notify: the serial of the last update it reported applied (forked at: the table's)
 
     def send(self, frame: bytes) -> None:
         if self.writer is None:
@@ -167,11 +174,14 @@ class Supervisor:
         self.exited = asyncio.Event()
         self._scrape_id = 0
         self.app: App | None = None
+        self._applied = asyncio.Event()  # --notify: a worker reported an update applied
 
     async def main(self) -> None:
         app = self.app = App(self.config)
         app.store.listener = self._relay
         app.admin = WorkersAdmin(app.registry, self.readiness, app.discovery.routes(), scrape=self.metrics)
+        if app.notifier is not None:
+            app.notifier.caught_up = self._caught_up
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
@@ -234,7 +244,7 @@ class Supervisor:
         if pid == 0:
             _worker_process(self.app, theirs, k, self.run)  # never returns
         theirs.close()
-        worker = Worker(k, pid, ours, time.monotonic())
+        worker = Worker(k, pid, ours, time.monotonic(), applied=self.app.table.serial)
         self.workers[pid] = worker
         log.info("worker %d started (pid %d)", k, pid)
         asyncio.get_running_loop().create_task(self._talk(worker))
@@ -250,6 +260,9 @@ class Supervisor:
             if message[0] == "ready":
                 worker.ready = True
                 log.info("worker %d serving", worker.index)
+            elif message[0] == "applied":
+                worker.applied = message[1]
+                self._applied.set()
             elif message[0] == "metrics":
                 future = worker.scrapes.pop(message[1], None)
                 if future is not None and not future.done():
@@ -304,6 +317,24 @@ class Supervisor:
         frame = _frame(("update", update_of(table, changes, serial)))
         for worker in self.workers.values():
             worker.send(frame)
+
+    async def _caught_up(self) -> None:
+        """--notify: return once every serving worker has applied the supervisor's serial, or after
+        CATCH_UP_WAIT. A secondary told of a change asks its SOA and transfer of any worker (SO_REUSEPORT);
+        one that has not applied the change yet would answer the old serial, and the secondary would
+        keep its copy until the next change. A worker stuck longer delays no NOTIFY past the wait."""
+        target = self.app.table.serial
+        deadline = asyncio.get_running_loop().time() + CATCH_UP_WAIT
+        while behind := [w.index for w in self.workers.values() if w.ready and w.applied < target]:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                log.warning("NOTIFY sent before workers %s applied serial %d", behind, target & 0xFFFFFFFF)
+                return
+            self._applied.clear()
+            try:
+                await asyncio.wait_for(self._applied.wait(), left)
+            except asyncio.TimeoutError:
+                pass
 
     # ----------------------------------------------------------------- admin
 
@@ -471,6 +502,8 @@ async def _follow(app: App, reader: asyncio.StreamReader, writer: asyncio.Stream
     while (message := await _read(reader)) is not None:
         if message[0] == "update":
             apply_update(app.table, message[1])
+            if app.notifier is not None:  # the supervisor's NOTIFY waits for this (Supervisor._caught_up)
+                writer.write(_frame(("applied", message[1]["serial"][1])))
         elif message[0] == "scrape":
             families = [m for m in app.registry.collect() if m.name.startswith(WORKER_FAMILIES)]
             writer.write(_frame(("metrics", message[1], families)))

@@ -18,6 +18,7 @@ import json
 import re
 import socket
 import subprocess
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +38,8 @@ from testsupport.cluster import (
     client_sh,
     deployment_ready,
     kustomize_overlay,
+    node_local_corefile,
+    node_local_dns_objects,
     point_coredns_at,
     preflight,
     run_node_local_dns,
@@ -484,3 +487,76 @@ def test_node_local_dns_cache_needs_the_documented_block_and_resolves_with_it(cl
     assert client_sh(cluster, f"getent ahostsv4 web.{DEMO}", pod=pod).stdout.split()[0] in web_ips
     via = json.loads(pod_explain(cluster, web, "--via", NODE_LOCAL_DNS_IP, "-o", "json"))["via"]
     assert via["verdict"] == "same", via
+
+
+def doc_blocks(heading: str) -> list[str]:
+    """The fenced code blocks of docs/transfers.md's section `heading`, dedented, in order."""
+    text = (ROOT / "docs" / "transfers.md").read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return [textwrap.dedent(body) for _, body in re.findall(r"\n( *)```\n(.*?)\n\1```", text, re.S)]
+
+
+def test_node_local_dns_as_a_secondary_holds_the_zone_and_follows_a_change(cluster: Cluster, imports: dict,
+                                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
+    """docs/transfers.md's per-node secondary, its two steps as written: mcsdns's flags file gets the doc's
+    --transfer-to and --notify, node-local-dns's clusterset.local block becomes the doc's `secondary` block
+    naming one mcsdns pod. node-local-dns loads the zone by AXFR (its log says from whom), the NodeLocal
+    client pod resolves every name form from it, and a changed ServiceImport reaches that pod after a
+    NOTIFY node-local-dns accepted (logged) and a new transfer, not by its 2-hour refresh."""
+    flags_lines, block = doc_blocks("A per-node secondary: NodeLocal DNSCache holding the zone")
+    overlay = kustomize_overlay(tmp_path_factory.mktemp("overlay-transfers"))
+    flags = overlay / "mcsdns.flags"
+    flags.write_text((ROOT / "deploy" / "base" / "mcsdns.flags").read_text() + "\n" + flags_lines.strip() + "\n")
+    kustomization = json.loads((overlay / "kustomization.yaml").read_text())
+    kustomization["configMapGenerator"] = [{"name": "mcsdns-flags", "namespace": NS, "behavior": "replace",
+                                            "files": ["flags=mcsdns.flags"]}]
+    (overlay / "kustomization.yaml").write_text(json.dumps(kustomization))
+    kubectl(cluster, "apply", "-k", str(overlay))
+    rollout(cluster, NS)
+    wait_for(lambda: len([p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")]) == 2, 120,
+             "the old mcsdns pods gone")
+    pod = next(p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp"))
+    pod_ip = pod["status"]["podIP"]
+    assert "--notify=169.254.20.10:53" in kubectl(cluster, "-n", NS, "exec", pod["metadata"]["name"], "--", "cat",
+                                                  "/etc/mcsdns/flags")
+    run_node_local_dns(cluster, with_mcsdns_block=True, block=block.replace("MCSDNS_POD_IP", pod_ip))
+    node_local = "client-nodelocal"  # test_node_local_dns_cache_...'s pod: 169.254.20.10 its only nameserver
+
+    def node_local_log() -> str:
+        return kubectl(cluster, "-n", "kube-system", "logs", "daemonset/node-local-dns")
+
+    def pod_dig(*args: str) -> list[str]:
+        return sorted(client_sh(cluster, "dig +time=2 +tries=2 +short " + " ".join(args), pod=node_local,
+                                check=False).stdout.split())
+
+    wait_for(lambda: f"Transferred: {ZONE}. from {pod_ip}:5353" in node_local_log(), 60, "node-local-dns's AXFR")
+    web, db = f"web.{DEMO}.svc.{ZONE}", f"db.{DEMO}.svc.{ZONE}"
+    direct = f"@{service_ip(cluster, NS)}"
+    web_ips, db_ips = (sorted(dig(cluster, "+short", direct, name).split()) for name in (web, db))
+    assert pod_dig(web) == web_ips and pod_dig(db) == db_ips
+    assert pod_dig(f"db-0.c1.{db}") == ["10.245.1.1"]
+    assert pod_dig("SRV", f"_http._tcp.{web}") == sorted(["0", "100", "80", f"{web}."])
+    nx = client_sh(cluster, f"dig +noall +comments +authority nope.{DEMO}.svc.{ZONE}", pod=node_local).stdout
+    assert "status: NXDOMAIN" in nx and "flags: qr aa" in nx and f"ns.dns.{ZONE}. hostmaster.{ZONE}." in nx, nx
+    loads = node_local_log().count(f"Transferred: {ZONE}. from {pod_ip}:5353")
+
+    changed = dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.12"]))
+    cluster.api().apply(changed)
+    wait_for(lambda: pod_dig(web) == ["10.245.0.12"], 30, "the change through node-local-dns", 0.2)
+    log = node_local_log()
+    assert f"Notify from {pod_ip} for {ZONE}.: checking transfer" in log, log
+    assert log.count(f"Transferred: {ZONE}. from {pod_ip}:5353") > loads, log
+
+    # The named pod goes: node-local-dns answers from the zone it holds; the block rewritten with a current
+    # pod's address (the ConfigMap alone, as `kubectl edit` does) is applied by `reload`, and it follows again.
+    kubectl(cluster, "-n", NS, "delete", "pod", pod["metadata"]["name"], "--wait=true", timeout=120)
+    assert pod_dig(web) == ["10.245.0.12"]
+    other = next(p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")
+                 and p["status"].get("podIP") not in (None, pod_ip))
+    new_ip = other["status"]["podIP"]
+    configmap = node_local_dns_objects(node_local_corefile(block=block.replace("MCSDNS_POD_IP", new_ip)))[0]
+    kubectl(cluster, "apply", "-f", "-", input=json.dumps(configmap))
+    wait_for(lambda: f"Transferred: {ZONE}. from {new_ip}:5353" in node_local_log(), 180,
+             "node-local-dns reloading the block and transferring from the other pod", 2)
+    cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.13"])))
+    wait_for(lambda: pod_dig(web) == ["10.245.0.13"], 30, "a change after the move", 0.2)
+    assert f"Notify from {new_ip} for {ZONE}.: checking transfer" in node_local_log()

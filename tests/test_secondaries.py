@@ -10,7 +10,9 @@ as exactly those. The secondary's serial is mcsdns's own.
 from __future__ import annotations
 
 import base64
+import os
 import signal
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -25,25 +27,33 @@ import dns.zone
 import pytest
 
 from testsupport.churn import Churn
-from testsupport.secondaries import BindSecondary, KnotSecondary
-from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
+from testsupport.secondaries import BindSecondary, CoreDNSSecondary, KnotSecondary
+from testsupport.serverproc import FIXTURES, ROOT, Server, eventually, http_get
 from testsupport.zonecompare import ZONE, answers_alike, ask, questions, soa_fields
+from test_workers import worker_pids
 from test_zonefile import print_zone
 
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
 SOURCES = {"example": (EXAMPLE, ()), "contract": (FIXTURES / "contract.yaml", ("--namespaces", "testns"))}
-SECONDARIES = {"knot": KnotSecondary, "bind": BindSecondary}
+SECONDARIES = {"knot": KnotSecondary, "bind": BindSecondary, "coredns": CoreDNSSecondary}
 SECRET = base64.b64encode(bytes(range(100, 132))).decode()
+
+
+def transfer_flags(kind: str, key_file: Path) -> tuple[str, ...]:
+    """mcsdns's transfer flags for a secondary of `kind`: with the TSIG key where it signs its requests
+    (Knot, BIND); CoreDNS's `secondary` cannot, so it gets transfers by address alone."""
+    key_file.write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    key = ("--tsig-key-file", str(key_file)) if SECONDARIES[kind].tsig else ()
+    return ("--transfer-to", "127.0.0.1", *key)
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
 @pytest.mark.parametrize("kind", sorted(SECONDARIES))
 def test_secondary_loads_the_zone_with_tsig_and_answers_like_mcsdns(kind: str, source: str, tmp_path: Path) -> None:
     manifests, extra = SOURCES[source]
-    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
     asked, names = questions(print_zone(manifests, *extra))
-    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", *extra, "--transfer-to", "127.0.0.1",
-                "--tsig-key-file", str(tmp_path / "key")) as server:
+    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", *extra,
+                *transfer_flags(kind, tmp_path / "key")) as server:
         with SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET)) as secondary:
             assert secondary.serial() == ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
             compared = answers_alike(server.dns_port, secondary.port, asked, kind)
@@ -66,6 +76,31 @@ def test_a_secondary_with_the_wrong_key_gets_nothing(tmp_path: Path) -> None:
     assert 'result="badsig"' in metrics, metrics
 
 
+def test_corednss_secondary_cannot_sign_so_a_keyed_primary_refuses_it(tmp_path: Path) -> None:
+    """CoreDNS's `secondary` has no TSIG (its AXFR request is never signed): against mcsdns with
+    `--tsig-key-file` it loads nothing, each try REFUSED as unsigned, and it keeps retrying."""
+    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    with Server("--manifests", str(EXAMPLE), "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key")) as server:
+        coredns = CoreDNSSecondary(tmp_path / "coredns", server.dns_port, ("xfr-key", "hmac-sha256", SECRET), load_timeout=3)
+        with pytest.raises(AssertionError, match="loading the zone"):
+            with coredns:
+                pass
+        _, metrics = server.http("/metrics")
+    assert "masters failed to transfer" in coredns.log() and "bad xfr rcode: 5" in coredns.log(), coredns.log()  # 5: REFUSED
+    assert 'mcsdns_transfers_total{result="unsigned",type="axfr"} ' in metrics, metrics
+    assert 'result="axfr"' not in metrics, metrics
+
+
+def test_corednss_secondary_takes_the_primary_by_address_only(tmp_path: Path) -> None:
+    """`transfer from` must be an IP address: CoreDNS refuses a name at startup, so a secondary cannot follow
+    a DNS name such as the headless Service `mcsdns-primaries` by itself (docs/transfers.md)."""
+    coredns = CoreDNSSecondary(tmp_path / "coredns", 53, ("xfr-key", "hmac-sha256", SECRET))
+    corefile = tmp_path / "Corefile"
+    corefile.write_text(coredns.config("", "", "").replace("127.0.0.1:53", "localhost:53"))
+    done = subprocess.run([coredns.executable, "-conf", str(corefile)], capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "must specify an IP address: `localhost'" in done.stdout + done.stderr, done
+
+
 def a_record(port: int, name: str) -> str | None:
     """The A answer of `name` (None: NXDOMAIN), or "?" for anything else (not there yet)."""
     reply = ask(port, name, "A")
@@ -82,16 +117,19 @@ def a_set(port: int, name: str) -> set[str] | None:
     return {rd.address for rrset in reply.answer for rd in rrset}
 
 
-@pytest.mark.parametrize("kind", sorted(SECONDARIES))
-def test_secondary_follows_creates_updates_and_deletes_by_ixfr(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("kind", "workers"), [*((kind, 1) for kind in sorted(SECONDARIES)), ("knot", 2)])
+def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, workers: int, tmp_path: Path) -> None:
     """Manifests change 12 times (testsupport/churn.py: ClusterSetIP and headless services created, updated,
     deleted); after each, mcsdns answers the change and sends NOTIFY, and the secondary (SOA refresh 2 h:
-    only the NOTIFY can bring it so soon) reaches mcsdns's serial by IXFR from the journal, and answers
-    every question of the zone as mcsdns does. Only its first load is a whole zone."""
-    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
+    only the NOTIFY can bring it so soon) reaches mcsdns's serial and answers every question of the zone as
+    mcsdns does. Knot and BIND do it by IXFR from the journal (only their first load is a whole zone);
+    CoreDNS's `secondary` asks AXFR only, so it takes the whole zone at every change, as its source says.
+    With `--workers 2` each worker answers the secondary's SOA queries and transfers from its own copy of
+    the journal, kept in step by the supervisor's updates (the same serials, the same differences): Knot
+    still gets one AXFR and IXFR only, whichever worker each connection lands on."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
-                    "--tsig-key-file", str(tmp_path / "key"))
+    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags(kind, tmp_path / "key"),
+                    "--workers", str(workers))
     secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
     server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
     with server, secondary:
@@ -108,9 +146,18 @@ def test_secondary_follows_creates_updates_and_deletes_by_ixfr(kind: str, tmp_pa
                 answers_alike(server.dns_port, secondary.port, asked, kind)
         _, metrics = server.http("/metrics")
     assert 'mcsdns_notify_total{result="acknowledged"}' in metrics, metrics
-    transfers = {line.split("{")[1].split("}")[0]: float(line.split()[-1]) for line in metrics.splitlines()
-                 if line.startswith("mcsdns_transfers_total{")}
+    transfers = counts(metrics, "mcsdns_transfers_total")
     print(f"{kind}: {transfers}")
+    if workers > 1:  # both workers answered the secondary
+        assert len({line.split('worker="')[1].split('"')[0] for line in metrics.splitlines()
+                    if line.startswith("mcsdns_transfers_total{")}) == workers, metrics
+    if kind == "coredns":  # AXFR only: one whole zone per serial it reached, each after a NOTIFY it accepted
+        log = secondary.log()
+        loads = log.count(f"Transferred: {ZONE} from 127.0.0.1:{server.dns_port}")
+        assert set(transfers) == {'result="axfr",type="axfr"'} and transfers['result="axfr",type="axfr"'] == loads, log
+        assert loads >= 13 and log.count(f"Notify from 127.0.0.1 for {ZONE}: checking transfer") >= 12, log
+        assert "Dropping notify" not in log, log
+        return
     assert transfers.get('result="axfr",type="axfr"', 0) + transfers.get('result="fallback_axfr",type="ixfr"', 0) == 1
     assert transfers['result="ixfr",type="ixfr"'] >= 12 / 2, transfers  # NOTIFYs within 50 ms coalesce
     assert "mcsdns_ixfr_fallbacks_total{" not in metrics, metrics
@@ -121,6 +168,56 @@ def test_secondary_follows_creates_updates_and_deletes_by_ixfr(kind: str, tmp_pa
         assert log.count("AXFR, incoming") == 2 and "AXFR-style" not in log and len(ixfr) >= 6, log[-3000:]
         print(f"knot: IXFR sizes {ixfr} bytes")
         assert max(ixfr) < 1024, ixfr
+
+
+def test_with_workers_the_notify_waits_until_every_worker_serves_the_change(tmp_path: Path) -> None:
+    """--workers 2: the secondary asks its SOA of any worker after a NOTIFY, so a worker that has not applied
+    the change would answer the old serial and the secondary would keep its copy. With one worker stopped
+    (SIGSTOP) a change reaches the supervisor (its serial moves) but no NOTIFY leaves; once the worker runs
+    again and applies it, the NOTIFY goes and Knot follows it by IXFR."""
+    churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
+    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags("knot", tmp_path / "key"),
+                    "--workers", "2")
+    knot = KnotSecondary(tmp_path / "knot", server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
+    server.args += ["--notify", f"127.0.0.1:{knot.port}"]
+
+    def scrape() -> tuple[float, float, bool]:
+        """(the supervisor's serial, NOTIFY sent (each try), one acknowledged); a stopped worker's part of
+        /metrics waits 2 s."""
+        status, metrics = http_get(server.http_port, "/metrics", timeout=10)
+        assert status == 200, metrics
+        notify = counts(metrics, "mcsdns_notify_total")
+        return (float(next(line.split()[-1] for line in metrics.splitlines() if line.startswith("mcsdns_zone_serial "))),
+                notify.get('result="sent"', 0), notify.get('result="acknowledged"', 0) >= 1)
+
+    with server, knot:
+        # The NOTIFY of the initial sync went before Knot listened: its retries end (acknowledged) first.
+        serial, sent, _ = eventually(lambda: (got := scrape())[2] and got, timeout=30, what="the first NOTIFY answered")
+        stopped = worker_pids(server)[1]
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            name, expected = churn.step()
+            server.signal(signal.SIGHUP)
+            eventually(lambda: scrape()[0] != serial, timeout=15, what="the supervisor applying the change")
+            time.sleep(1)
+            assert scrape()[1] == sent, "a NOTIFY left while a worker still served the old serial"
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        eventually(lambda: a_set(knot.port, name) == expected, timeout=10, what=lambda: f"knot: {knot.log()[-2000:]}")
+        current = ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
+        assert knot.serial() == current and scrape()[1] > sent
+    assert "AXFR-style" not in knot.log() and knot.log().count("IXFR, incoming") >= 1, knot.log()[-3000:]
+    assert "NOTIFY sent before workers" not in server.log(), server.log()
+
+
+def counts(metrics: str, family: str) -> dict[str, float]:
+    """A counter's samples by their labels, summed over `worker` (--workers N labels each worker's)."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith(family + "{"):
+            labels = ",".join(x for x in line.split("{")[1].split("}")[0].split(",") if not x.startswith("worker="))
+            out[labels] = out.get(labels, 0) + float(line.split()[-1])
+    return out
 
 
 def test_two_replicas_under_churn_each_with_a_pinned_secondary(tmp_path: Path) -> None:
@@ -188,18 +285,19 @@ def transfer_text(port: int) -> tuple[int, str]:
 
 
 @pytest.mark.kube
-def test_knot_follows_changes_made_through_the_api(testbed, fresh_namespace: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["knot", "coredns"])
+def test_secondary_follows_changes_made_through_the_api(kind: str, testbed, fresh_namespace: str, tmp_path: Path) -> None:
     """The API source: ServiceImports and EndpointSlices created, updated and deleted in a real
-    kube-apiserver; a Knot secondary answers each change as mcsdns does, by NOTIFY, then every name."""
+    kube-apiserver; a Knot (TSIG) or CoreDNS secondary answers each change as mcsdns does, by NOTIFY,
+    then every name."""
     from kube_server import ES_API, MCS, KubeServer, endpoint_slice, ensure_crd, service_import
 
     ensure_crd(testbed)
     ns = fresh_namespace
-    (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
     server = KubeServer(testbed.kubeconfig_path, tmp_path / "mcsdns.log", "--namespaces", ns, "--ns-address",
-                        "127.0.0.1", "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key"))
-    knot = KnotSecondary(tmp_path / "knot", server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
-    server.args += ["--notify", f"127.0.0.1:{knot.port}"]
+                        "127.0.0.1", *transfer_flags(kind, tmp_path / "key"))
+    secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
+    server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
     vip, web = f"vip.{ns}.svc.{ZONE}", f"web.{ns}.svc.{ZONE}"
     steps = [
         (lambda: testbed.create(service_import(ns, "vip", ["10.9.0.1"])), vip, "10.9.0.1"),
@@ -213,17 +311,17 @@ def test_knot_follows_changes_made_through_the_api(testbed, fresh_namespace: str
     ]
     with server:
         server.wait_until_ready()
-        with knot:
+        with secondary:
             for act, name, address in steps:
                 act()
                 eventually(lambda: a_record(server.dns_port, name) == address, timeout=10, what=f"mcsdns: {name}")
-                eventually(lambda: a_record(knot.port, name) == address, timeout=10,
-                           what=lambda: f"knot following {name} -> {address}: {knot.log()[-2000:]}")
+                eventually(lambda: a_record(secondary.port, name) == address, timeout=10,
+                           what=lambda: f"{kind} following {name} -> {address}: {secondary.log()[-2000:]}")
             testbed.create(service_import(ns, "last", ["10.9.0.9"]))
-            eventually(lambda: a_record(knot.port, f"last.{ns}.svc.{ZONE}") == "10.9.0.9", timeout=10)
+            eventually(lambda: a_record(secondary.port, f"last.{ns}.svc.{ZONE}") == "10.9.0.9", timeout=10)
             proc = subprocess.run([sys.executable, "-m", "mcsdns", "zone", "--kubeconfig", str(testbed.kubeconfig_path),
                                    "--namespaces", ns, "--ns-address", "127.0.0.1"], cwd=ROOT, capture_output=True,
                                   text=True, timeout=120)
             assert proc.returncode == 0, proc.stderr
             asked, _ = questions(proc.stdout)
-            answers_alike(server.dns_port, knot.port, asked)
+            answers_alike(server.dns_port, secondary.port, asked)

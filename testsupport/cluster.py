@@ -1010,12 +1010,15 @@ NODELOCAL_EXAMPLE = REPO / "deploy" / "examples" / "nodelocaldns-stub-zone.yaml"
 MCSDNS_BLOCK = re.compile(r"\n *# --- added for mcsdns.*?# --- end of the mcsdns addition[^\n]*", re.S)
 
 
-def node_local_corefile(with_mcsdns_block: bool = True) -> str:
+def node_local_corefile(with_mcsdns_block: bool = True, block: str | None = None) -> str:
     """docs/install.md's NodeLocal DNSCache Corefile (deploy/examples/nodelocaldns-stub-zone.yaml),
     its __PILLAR__ values filled in as node-local-dns would on this node; without the mcsdns block,
-    it is the add-on's own Corefile."""
+    it is the add-on's own Corefile; with `block`, that server block stands in for the mcsdns block
+    (docs/transfers.md's per-node secondary)."""
     corefile = yaml.safe_load(NODELOCAL_EXAMPLE.read_text())["data"]["Corefile"]
-    if not with_mcsdns_block:
+    if block is not None:
+        corefile = MCSDNS_BLOCK.sub(lambda _: "\n" + block.rstrip("\n"), corefile)
+    elif not with_mcsdns_block:
         corefile = MCSDNS_BLOCK.sub("", corefile)
     for pillar, value in (("__PILLAR__DNS__DOMAIN__", CLUSTER_DOMAIN),
                           ("__PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__", NODE_LOCAL_DNS_IP),
@@ -1055,11 +1058,11 @@ def node_local_dns_objects(corefile: str) -> list[dict]:
     ]
 
 
-def run_node_local_dns(cl: Cluster, with_mcsdns_block: bool) -> None:
+def run_node_local_dns(cl: Cluster, with_mcsdns_block: bool, block: str | None = None) -> None:
     """Put the link-local address on `lo` (down removes it) and (re)start node-local-dns with the
-    Corefile as given; returns once the new pod is Ready."""
+    Corefile as given (`block`: see node_local_corefile); returns once the new pod is Ready."""
     cl.add_address(f"{NODE_LOCAL_DNS_IP}/32", "lo")
-    for obj in node_local_dns_objects(node_local_corefile(with_mcsdns_block)):
+    for obj in node_local_dns_objects(node_local_corefile(with_mcsdns_block, block)):
         cl.kubectl("apply", "-f", "-", input=json.dumps(obj))
     cl.kubectl("-n", "kube-system", "rollout", "restart", "daemonset/node-local-dns")
     cl.kubectl("-n", "kube-system", "rollout", "status", "daemonset/node-local-dns", "--timeout=120s", timeout=150)

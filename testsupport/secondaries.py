@@ -1,8 +1,9 @@
-"""Real secondaries of mcsdns on loopback: Knot 3 (`knotd`) and BIND 9 (`named`), with TSIG.
+"""Real secondaries of mcsdns on loopback: Knot 3 (`knotd`) and BIND 9 (`named`), with TSIG, and
+CoreDNS's `secondary` plugin (the testbin CoreDNS), which has no TSIG.
 
 Each writes its own configuration into a work directory, transfers the clusterset zone
 from the primary (mcsdns) at `primary_port`, signed with `key` (name, algorithm, base64
-secret), and serves it on a free loopback port. `serial()` is the serial it serves (None
+secret) where it can sign, and serves it on a free loopback port. `serial()` is the serial it serves (None
 before the first transfer). Stopped by PID (SIGTERM, then SIGKILL) however the test ends.
 """
 
@@ -19,7 +20,7 @@ import dns.rcode
 import dns.rdatatype
 
 from testsupport.serverproc import eventually
-from testsupport.testbed import free_port, stop_popen
+from testsupport.testbed import free_port, stop_popen, testbin_coredns
 
 ZONE = "clusterset.local."
 
@@ -29,10 +30,10 @@ class Secondary:
 
     binary = ""
     name = ""
+    tsig = True  # it signs its transfer requests with `key`
 
     def __init__(self, workdir: Path, primary_port: int, key: tuple[str, str, str], load_timeout: float = 30) -> None:
-        if shutil.which(self.binary) is None and not Path(f"/usr/sbin/{self.binary}").exists():
-            raise RuntimeError(f"{self.binary} is not installed (apt-get install {self.package})")
+        self.executable = self.find_binary()
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -45,6 +46,14 @@ class Secondary:
     package = ""
     conf_name = ""
     flags: tuple[str, ...] = ()  # before `-c <conf>`
+    conf_flag = "-c"
+
+    def find_binary(self) -> str:
+        """The installed binary's path; RuntimeError naming the Debian package when it is missing."""
+        binary = shutil.which(self.binary) or f"/usr/sbin/{self.binary}"
+        if not Path(binary).exists():
+            raise RuntimeError(f"{self.binary} is not installed (apt-get install {self.package})")
+        return binary
 
     def config(self, key_name: str, algorithm: str, secret: str) -> str:
         """The server's configuration file: listen on self.port, transfer ZONE from the primary with the key."""
@@ -53,7 +62,7 @@ class Secondary:
     def argv(self) -> list[str]:
         conf = self.dir / self.conf_name
         conf.write_text(self.config(*self.key))
-        return [*self.flags, "-c", str(conf)]
+        return [*self.flags, self.conf_flag, str(conf)]
 
     def serial(self) -> int | None:
         """The SOA serial it answers with authority (AA), or None (no zone yet, or not answering)."""
@@ -69,9 +78,8 @@ class Secondary:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def __enter__(self) -> "Secondary":
-        binary = shutil.which(self.binary) or f"/usr/sbin/{self.binary}"
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([binary, *self.argv()], stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([self.executable, *self.argv()], stdout=self._log, stderr=subprocess.STDOUT)
         try:
             eventually(lambda: self.proc.poll() is None and self.serial() is not None, timeout=self.load_timeout,
                        what=lambda: f"{self.name} loading the zone from mcsdns: {self.log()[-3000:]}")
@@ -117,3 +125,26 @@ class BindSecondary(Secondary):
             f'zone "{ZONE.rstrip(".")}" {{\n  type secondary;\n  file "{self.dir}/zone.db";\n'
             f"  primaries port {self.primary_port} {{ 127.0.0.1 key {key_name}; }};\n"
             f"  allow-notify {{ 127.0.0.1; }};\n}};\n")
+
+
+class CoreDNSSecondary(Secondary):
+    """CoreDNS's `secondary` plugin (plugin/secondary, serving through plugin/file's lookup).
+
+    What its source (CoreDNS 1.14.7, plugin/file/secondary.go, notify.go, file.go) does, which
+    docs/transfers.md repeats: it asks AXFR only, never IXFR, so every change costs a whole zone;
+    it signs nothing (no TSIG: `key` is ignored, and mcsdns must run without `--tsig-key-file`); a
+    NOTIFY is acknowledged and acted on only when its source address is a `transfer from` address
+    (the port is not compared), and then it asks the primary's SOA over TCP and transfers if that
+    serial is newer (RFC 1982); otherwise it checks at the SOA refresh (+ up to 5 s jitter).
+    """
+
+    binary, name, conf_name = "coredns", "coredns", "Corefile"
+    tsig = False
+    conf_flag = "-conf"
+
+    def find_binary(self) -> str:
+        return str(testbin_coredns("secondary", "no `secondary` plugin: rebuild it with tools/testbin/build.sh"))
+
+    def config(self, key_name: str, algorithm: str, secret: str) -> str:
+        return (f"{ZONE}:{self.port} {{\n    bind 127.0.0.1\n"
+                f"    secondary {{\n        transfer from 127.0.0.1:{self.primary_port}\n    }}\n}}\n")

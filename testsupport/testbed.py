@@ -72,6 +72,19 @@ def testbin_cache() -> Path:
     return Path(xdg) / "mcsdns" / "testbin"
 
 
+def testbin_coredns(plugin: str, missing: str) -> Path:
+    """The testbin's CoreDNS (MCSDNS_COREDNS overrides), checked to have `plugin`; RuntimeError saying how
+    to build it, or `missing` (how to add the plugin) when it lacks it."""
+    explicit = os.environ.get("MCSDNS_COREDNS")
+    path = Path(explicit) if explicit else testbin_cache() / "bin" / "coredns"
+    if not path.exists():
+        raise RuntimeError(f"CoreDNS not found at {path}: build it with tools/testbin/build.sh")
+    plugins = subprocess.run([str(path), "-plugins"], capture_output=True, text=True, timeout=30).stdout
+    if not any(line.strip() in (plugin, f"dns.{plugin}") for line in plugins.splitlines()):
+        raise RuntimeError(f"{path}: {missing}")
+    return path
+
+
 def find_testbin() -> Path:
     """Return the testbin cache dir, or explain how to build it.
 

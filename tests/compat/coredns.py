@@ -8,8 +8,6 @@ the kernel kill it if the test process dies).
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -21,7 +19,7 @@ import dns.exception
 import dns.message
 import dns.query
 
-from testsupport.testbed import Process, testbin_cache
+from testsupport.testbed import Process, testbin_coredns
 
 ZONE = "clusterset.local"
 
@@ -35,14 +33,7 @@ BIND_PATCH = (
 
 def find_coredns() -> Path:
     """The CoreDNS binary (MCSDNS_COREDNS overrides); RuntimeError saying how to build it."""
-    explicit = os.environ.get("MCSDNS_COREDNS")
-    path = Path(explicit) if explicit else testbin_cache() / "bin" / "coredns"
-    if not path.exists():
-        raise RuntimeError(f"CoreDNS not found at {path}: build it with tools/testbin/build.sh")
-    plugins = subprocess.run([str(path), "-plugins"], capture_output=True, text=True, timeout=30).stdout
-    if not re.search(r"^\s*(dns\.)?bind\s*$", plugins, re.M):
-        raise RuntimeError(f"{path}: {BIND_PATCH}")
-    return path
+    return testbin_coredns("bind", BIND_PATCH)
 
 
 def coredns_version(binary: Path | None = None) -> str:

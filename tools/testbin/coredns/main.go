@@ -12,6 +12,7 @@ import (
 
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/file" // with secondary: CoreDNS as a zone-transfer secondary of mcsdns
 	_ "github.com/coredns/coredns/plugin/forward"
 	_ "github.com/coredns/coredns/plugin/health"
 	_ "github.com/coredns/coredns/plugin/kubernetes"
@@ -21,6 +22,8 @@ import (
 	_ "github.com/coredns/coredns/plugin/metrics"
 	_ "github.com/coredns/coredns/plugin/ready"
 	_ "github.com/coredns/coredns/plugin/reload"
+	_ "github.com/coredns/coredns/plugin/secondary"
+	_ "github.com/coredns/coredns/plugin/transfer"
 )
 
 // directives is the plugin order, a subset of CoreDNS's plugin.cfg order.
@@ -34,7 +37,10 @@ var directives = []string{
 	"ready",
 	"loadbalance",
 	"cache",
+	"transfer",
 	"kubernetes",
+	"file",
+	"secondary",
 	"loop",
 	"forward",
 }
