@@ -3,10 +3,10 @@
 usage: python -m benchmarks.versions [--minors 1.31,1.33,...] [--sizes 10000,50000] [--rounds 3] [--changes 50]
 
 For each minor built by tools/testbin/build-versions.sh (<testbin cache>/versions/<minor>/, all of
-them by default) and then the default testbin, oldest first: a test bed of that kube-apiserver over
-the same data, the scale data set loaded once (by the oldest version) and its etcd data copied for
-each version and size, as an upgrade would hand it over; at each size, mcsdns and CoreDNS synced
-round after round as benchmarks/sync_cost.py times them (start until the last import answers,
+them by default) and then the default testbin (unless one of them runs its release), oldest first:
+a test bed of that kube-apiserver over the same data, the scale data set loaded once (by the
+oldest version) and its etcd data copied for each version and size, as an upgrade would hand it
+over; at each size, mcsdns and CoreDNS synced round after round as benchmarks/sync_cost.py times them (start until the last import answers,
 pinned to --cpu; RSS once synced), then, at the first size, `--changes` writes timed until each
 running server answers them (the suite's propagation). The last lines are the table: per version
 and size, each server's median sync and the ratio mcsdns/CoreDNS of the same run, which a loaded
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +38,15 @@ def minors_built(cache: Path) -> list[str]:
     versions = cache / "versions"
     found = [p.name for p in versions.glob("1.*") if (p / "bin" / "kube-apiserver").exists()] if versions.is_dir() else []
     return sorted(found, key=lambda minor: tuple(int(part) for part in minor.split(".")))
+
+
+def same_release(default: Path, caches: list[Path]) -> bool:
+    """Whether one of `caches` runs the default testbin's kube-apiserver release."""
+    def version(cache: Path) -> str:
+        return subprocess.run([str(cache / "bin" / "kube-apiserver"), "--version"], capture_output=True, text=True,
+                              timeout=60).stdout.strip()
+    mine = version(default)
+    return any(version(cache) == mine for cache in caches)
 
 
 def propagation(suite: Suite, spec: Spec, changes: int, tag: str) -> dict[str, dict]:
@@ -135,8 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     default = find_testbin()
     runs = [(minor, default / "versions" / minor) for minor in (args.minors.split(",") if args.minors
                                                                   else minors_built(default))]
-    if not args.minors:
-        runs.append(("default testbin", default))
+    if not args.minors and not same_release(default, [cache for _, cache in runs]):
+        runs.append(("default testbin", default))  # (the newest minor's release is the default: run once)
     suite = Suite(Options(out=Path(tempfile.gettempdir())))
     table: list[str] = []
     try:

@@ -232,13 +232,21 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 def _metadata(obj: dict, name_pattern: re.Pattern[str], namespaced: bool = True,
               rule: str = _DNS_LABEL_RULE) -> tuple[str, str]:
-    meta = _field(obj, "metadata", default={})
-    name = _field(meta, "name", kind=str, default="", at="metadata")
+    # `_field` inlined for the shapes the API serves (every object of a sync comes here); anything
+    # else takes `_field` itself, for its exact errors.
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = _field(obj, "metadata", default={})
+    name = meta.get("name")
+    if not isinstance(name, str):
+        name = _field(meta, "name", kind=str, default="", at="metadata")
     if not name_pattern.match(name):
         raise InvalidObject(f"metadata.name {name!r} cannot be a DNS label ({rule})")
     if not namespaced:
         return "", name
-    namespace = _field(meta, "namespace", kind=str, default="", at="metadata")
+    namespace = meta.get("namespace")
+    if not isinstance(namespace, str):
+        namespace = _field(meta, "namespace", kind=str, default="", at="metadata")
     if not _DNS_LABEL.match(namespace):
         raise InvalidObject(f"metadata.namespace {namespace!r} cannot be a DNS label ({_DNS_LABEL_RULE})")
     return namespace, name
@@ -300,8 +308,12 @@ def _port(item: Any, where: str, *, required: bool, omitted: list[str]) -> Port:
         number = -1
     elif isinstance(number, bool) or not isinstance(number, int):
         raise InvalidObject(f"{where}.port: {number!r} is not a port number")
-    name = _field(item, "name", kind=str, default="", at=where)
-    protocol = _field(item, "protocol", kind=str, default="", at=where)
+    name = item.get("name")
+    if not isinstance(name, str):  # `_field` inlined, as in _metadata
+        name = _field(item, "name", kind=str, default="", at=where)
+    protocol = item.get("protocol")
+    if not isinstance(protocol, str):
+        protocol = _field(item, "protocol", kind=str, default="", at=where)
     if protocol and protocol.upper() not in PROTOCOLS:
         omitted.append(f"{where}.protocol: {protocol!r:.80} is none of TCP, UDP, SCTP; its SRV records are left out")
         return NO_PORTS[0]
@@ -315,6 +327,8 @@ def _port(item: Any, where: str, *, required: bool, omitted: list[str]) -> Port:
 
 
 _MAPPED_PREFIX = b"\0" * 10 + b"\xff\xff"  # ::ffff:a.b.c.d
+_inet_pton, _AF_INET = socket.inet_pton, socket.AF_INET
+_new_tuple = tuple.__new__  # Address(...) without the Python frame of NamedTuple's __new__
 
 
 def parse_ip(text: str) -> tuple[str, bool] | None:
@@ -498,7 +512,18 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
             addresses_raw = _field(ep, "addresses", kind=list, default=[], at=f"endpoints[{i}]")
         if len(addresses_raw) > MAX_ADDRESSES:
             raise InvalidObject(f"endpoints[{i}].addresses: {len(addresses_raw)} items, more than the API allows ({MAX_ADDRESSES})")
+        kept = addresses if ready else not_ready
         for j, text in enumerate(addresses_raw):
+            # parse_ip and endpoint_hostname inlined for an IPv4 address (a sync reads every one):
+            # accepted, it has dots, so its host label is the hostname or the address dashed.
+            if isinstance(text, str) and ":" not in text and "%" not in text and text.isascii():
+                try:
+                    _inet_pton(_AF_INET, text)
+                except (OSError, ValueError):
+                    pass
+                else:
+                    kept.append(_new_tuple(Address, (text, False, hostname or text.replace(".", "-"))))
+                    continue
             parsed = parse_ip(text) if isinstance(text, str) else None
             if parsed is None:
                 if not_ips == 0:
@@ -506,7 +531,7 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
                 not_ips += 1
                 continue
             ip, v6 = parsed
-            (addresses if ready else not_ready).append(Address(ip, v6, endpoint_hostname(hostname, ip)))
+            kept.append(Address(ip, v6, endpoint_hostname(hostname, ip)))
     if not_ips:  # one line per slice, not per address: a slice may hold 100k of them
         log.warning("EndpointSlice %s/%s: %d address(es) are not IP addresses and are ignored (first: %s)",
                     namespace, name, not_ips, first_bad)

@@ -48,7 +48,7 @@ EVERYTHING = {
         {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}},
     # The test bed's API server is single-stack: PreferDualStack with IPv4 first is what it accepts.
     "service": {"clusterIP": "", "ipFamilyPolicy": "PreferDualStack", "ipFamilies": ["IPv4"],
-                "trafficDistribution": "PreferClose", "annotations": {"example.com/service": "yes"}},
+                "trafficDistribution": "PreferSameZone", "annotations": {"example.com/service": "yes"}},
     "hpa": {"enabled": True},
     "prometheus": {"monitor": {"enabled": True, "additionalLabels": {"release": "kube-prometheus-stack"}},
                    "rules": {"enabled": True, "additionalLabels": {"release": "kube-prometheus-stack"}}},
@@ -179,7 +179,7 @@ def test_every_option_renders_where_it_belongs(tmp_path: Path) -> None:
     assert all(c["labelSelector"]["matchLabels"] == selector for c in pod["topologySpreadConstraints"])
     service = objects["Service"]["spec"]
     assert (service["ipFamilyPolicy"], service["ipFamilies"], service["trafficDistribution"]) == (
-        "PreferDualStack", ["IPv4"], "PreferClose")
+        "PreferDualStack", ["IPv4"], "PreferSameZone")
     assert objects["ServiceMonitor"]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert objects["ServiceMonitor"]["spec"]["selector"]["matchLabels"] == selector
     # The PrometheusRule carries deploy/monitoring's rules unchanged.

@@ -5,7 +5,7 @@ watch stream (sendInitialEvents) leaves the store exactly as the paginated list 
 (Namespaces, ServiceImports with a rejected one, EndpointSlices, several pages each), and a
 relist read that way keeps what it has not re-read yet in service and sweeps, at its end,
 what the API no longer holds. With the real server: against the test bed's API server
-(v1.34, WatchList on by default) the sync makes no LIST request at all (the API server's
+(v1.37, WatchList on by default) the sync makes no LIST request at all (the API server's
 own request counter says so); against one started with `--feature-gates=WatchList=false`,
 the streamed list is refused once per resource and mcsdns lists in pages from then on,
 with the same answers. Whatever the API server (tests/test_versions.py runs it against every

@@ -35,7 +35,7 @@ def test_find_testbin_explains_how_to_build(tmp_path, monkeypatch) -> None:
 
 def test_apiserver_is_ready_and_kubeconfig_works(testbed: Testbed) -> None:
     assert testbed.api.request("GET", "/readyz") == "ok"
-    assert testbed.api.request("GET", "/version")["gitVersion"] == "v1.34.4"
+    assert testbed.api.request("GET", "/version")["gitVersion"] == "v1.37.2"
     assert testbed.server_url.startswith("https://127.0.0.1:")
 
     # Our own reader and the official Python client both accept the admin kubeconfig.

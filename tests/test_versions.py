@@ -6,13 +6,15 @@ tests of TIER run in a pytest of their own with MCSDNS_TESTBIN_CACHE set to that
 same tests the suite runs on the default version (initial sync, list and watch of creates,
 updates and deletes, 410 Gone and the relist, both ServiceImport CRD versions, the read-only
 RBAC, the CoreDNS differential, and the list strategy each server's answers call for), not
-copies of them. The rest of the suite stays on the default testbin. A minor whose testbin is not
+copies of them. The rest of the suite stays on the default testbin, the newest minor (1.37), which
+the tier leaves out: the whole suite runs there, the tier with it. A minor whose testbin is not
 built skips here, which fails in CI like any other real part that is missing.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +25,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MINORS = sorted((p.name.removeprefix("kube-") for p in (ROOT / "tools" / "testbin").glob("kube-1.*")),
                 key=lambda minor: tuple(int(part) for part in minor.split(".")))
+# The default testbin's minor (tools/testbin/kube): the whole suite runs on it, the tier too.
+DEFAULT = re.search(r"^\s*(?:require )?k8s\.io/kubernetes v(1\.\d+)\.", (ROOT / "tools/testbin/kube/go.mod").read_text(),
+                    re.MULTILINE).group(1)
 TIER = (
     "tests/test_kube_watchlist.py::test_the_list_strategy_is_the_one_the_server_answers_with",
     "tests/test_kube_changes.py",
@@ -36,9 +41,10 @@ TIER_TIMEOUT = 900  # seconds for one version's run; it takes about 2 minutes on
 
 def test_the_matrix_spans_the_supported_minors() -> None:
     assert len(MINORS) >= 4 and MINORS[0] == "1.31", MINORS  # the oldest the docs name as supported
+    assert DEFAULT == MINORS[-1], (DEFAULT, MINORS)  # the default testbin is the newest minor
 
 
-@pytest.mark.parametrize("minor", MINORS)
+@pytest.mark.parametrize("minor", [m for m in MINORS if m != DEFAULT])
 def test_the_api_source_tests_pass_on(minor: str, testbin: Path) -> None:
     cache = testbin / "versions" / minor
     apiserver = cache / "bin" / "kube-apiserver"
@@ -54,3 +60,17 @@ def test_the_api_source_tests_pass_on(minor: str, testbin: Path) -> None:
     summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
     print(f"{version.strip()}: {summary} ({time.monotonic() - started:.0f} s)")
     assert run.returncode == 0, f"{version.strip()}:\n{run.stdout[-8000:]}\n{run.stderr[-2000:]}"
+
+
+def test_the_install_docs_quote_the_stored_run() -> None:
+    """docs/install.md's table and the README's range are benchmarks/results/versions.txt's medians."""
+    stored = (ROOT / "benchmarks" / "results" / "versions.txt").read_text()
+    docs = (ROOT / "docs" / "install.md").read_text()
+    rows = re.findall(r"^(v1\.\d+\.\d+) +10000 imports: sync mcsdns +([\d.]+) s, CoreDNS +([\d.]+) s, ratio ([\d.]+);",
+                      stored, re.MULTILINE)
+    assert {version.rsplit(".", 1)[0][1:] for version, *_ in rows} == set(MINORS), rows  # every minor measured
+    for version, mine, theirs, ratio in rows:
+        assert f"| {version[1:]} | " in docs and f"| {mine} s / {theirs} s ({ratio}) |" in docs, version
+    ratios = sorted(float(r[3]) for r in rows)
+    readme = (ROOT / "README.md").read_text()
+    assert f"took {ratios[0]:.2f}-{ratios[-1]:.2f}x CoreDNS's time" in " ".join(readme.split())

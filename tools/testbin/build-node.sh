@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
-LDFLAGS=$KUBE_LDFLAGS
+LDFLAGS=$(kube_ldflags "$here/node")
 node=$(build_module "$here/node" "$cache/node" \
     k8s.io/kubernetes/cmd/kubelet=kubelet \
     k8s.io/kubernetes/cmd/kube-proxy=kube-proxy \

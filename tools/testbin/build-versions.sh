@@ -3,7 +3,7 @@
 # own wrapper module (kube-<minor>/, so the default testbin's hash and cache never change),
 # into <cache>/versions/<minor>/ -- a complete testbin usable as MCSDNS_TESTBIN_CACHE=<that dir>
 # (tests/test_versions.py runs the API-source tests against each). Everything else in that
-# testbin (etcd 3.6, kubectl, CoreDNS, helm, the CRDs) is the default testbin's: run build.sh
+# testbin (etcd, kubectl, CoreDNS, helm, the CRDs) is the default testbin's: run build.sh
 # first. Cached by the wrapper module's hash like the rest, so a warm run takes seconds.
 #
 # Usage: build-versions.sh [MINOR...]   (default: every kube-<minor>/ module here)
@@ -24,9 +24,8 @@ fi
 for minor in "$@"; do
     dir="$here/kube-$minor"
     [ -f "$dir/go.mod" ] || { echo "build-versions.sh: no wrapper module $dir" >&2; exit 1; }
-    # The patch release is the one the wrapper module requires.
-    version=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$dir/go.mod")
-    LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor#1.}"
+    LDFLAGS=$(kube_ldflags "$dir")  # the patch release the wrapper module requires
+    version=${LDFLAGS#*gitVersion=}; version=${version%% *}
     start=$SECONDS
     built=$(build_module "$dir" "$cache/versions/build/$minor" k8s.io/kubernetes/cmd/kube-apiserver=kube-apiserver)
     echo "kube-apiserver $version: $((SECONDS - start)) s" >&2

@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
-LDFLAGS=$KUBE_LDFLAGS
+LDFLAGS=$(kube_ldflags "$here/kube")
 kube=$(build_module "$here/kube" "$cache/kube" \
     k8s.io/kubernetes/cmd/kube-apiserver=kube-apiserver \
     k8s.io/kubernetes/cmd/kubectl=kubectl \

@@ -8,8 +8,15 @@ bin="$cache/bin"
 mkdir -p "$bin"
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 export CGO_ENABLED=0
-# kube-apiserver's and the node binaries' /version (and kubectl's) tell the truth.
-KUBE_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
+# kube-apiserver's and the node binaries' /version (and kubectl's) tell the truth: the release
+# a wrapper module requires, stamped as Kubernetes' own build does.
+kube_ldflags() {  # kube_ldflags MODULE_DIR
+    local version minor
+    version=$(sed -n 's/^\(require \|\t\)k8s\.io\/kubernetes \(v[0-9.]*\)$/\2/p' "$1/go.mod")
+    [ -n "$version" ] || { echo "lib.sh: $1/go.mod requires no k8s.io/kubernetes release" >&2; return 1; }
+    minor=${version#v1.}; minor=${minor%%.*}
+    echo "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+}
 
 hash_of() { (cd "$1" && cat go.mod go.sum *.go | sha256sum | cut -c1-16); }
 

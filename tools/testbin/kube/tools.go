@@ -2,7 +2,7 @@
 
 // Package tools pins the upstream mains this module builds: kube-apiserver,
 // etcd and kubectl (for `kubectl apply -k deploy/` in tests/test_deploy.py),
-// at the versions Kubernetes 1.34 itself uses. Nothing here is
+// at the versions Kubernetes 1.37 itself uses. Nothing here is
 // our code; the module exists only so `go build` can resolve k8s.io/kubernetes
 // with its staging modules replaced by their published versions.
 package tools
