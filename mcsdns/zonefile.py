@@ -42,6 +42,9 @@ from .table import Table, TableConfig
 from .wire import SOA_EXPIRE, SOA_REFRESH, SOA_RETRY
 
 
+Owned = tuple[tuple[str, ...], vocab.Record]  # a record with its owner's labels, in no zone yet
+
+
 class ZoneSourceError(RuntimeError):
     """The objects could not be read completely (the message says which source and why)."""
 
