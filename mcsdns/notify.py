@@ -91,11 +91,13 @@ class Notifier:
                     await asyncio.sleep(wait)
                     continue
                 self._count("sent")
+                log.debug("NOTIFY to %s:%d sent", host, port)  # its time: benchmarks.ixfr_follow's breakdown
                 reply = await self._reply(loop, sock, qid, wait, mac)
                 if reply is None:
                     continue
                 if reply.rcode() == dns.rcode.NOERROR:
                     self._count("acknowledged")
+                    log.debug("NOTIFY to %s:%d acknowledged", host, port)
                 else:
                     self._count("error")
                     log.warning("NOTIFY to %s:%d answered %s", host, port, dns.rcode.to_text(reply.rcode()))

@@ -88,7 +88,7 @@ _RECORD_MAX = 600  # the longest record we write: SRV with a 255-byte target and
 # Signed (a TSIG record is < 400 bytes) that is well inside RFC 5936's 64 KiB; a 50k-import zone
 # is then a few hundred messages.
 PACK_LIMIT = 16384 - _RECORD_MAX
-PACK_SLICE = 500  # records packed between two yields to the event loop (~25 ms)
+PACK_SLICE = 500  # records of an IXFR packed between two yields to the event loop (a few ms)
 _AXFR_IN = struct.pack(">HH", vocab.AXFR, vocab.CLASS_IN)
 MAX_TRANSFERS = 16  # AXFR/IXFR answered at once; more are REFUSED and retried by the secondary
 
@@ -209,11 +209,11 @@ class _Stream:
     The first message is packed when the first transfer asks for it, not after the whole zone: a
     secondary starts reading at once, and a secondary that stops reading stops the packing. Each
     message is packed once and kept, so every transfer of that serial (twenty secondaries at once,
-    or one after another) shares one packing; one that asks for a message not packed yet packs it
-    (one at a time, `_lock`), yielding to the event loop every PACK_SLICE records so queries are
-    answered meanwhile. Memory: the snapshot (references), the messages packed so far (the zone's
-    wire size at most, about 13 MB at 10,000 imports), and the packer's one message. Only the newest
-    serial's stream is kept for the next transfer; an older one goes when its last transfer ends.
+    or one after another) shares one packing; one that asks for a message not packed yet packs it,
+    and yields to the event loop after each, so queries are answered meanwhile. Memory: the
+    snapshot (references), the messages packed so far (the zone's wire size at most, about 13 MB at
+    10,000 imports), and the packer's one message. Only the newest serial's stream is kept for the
+    next transfer; an older one goes when its last transfer ends.
     """
 
     def __init__(self, snapshot: _Snapshot, zone: str) -> None:
@@ -222,7 +222,6 @@ class _Stream:
         self.done = False
         self._records = snapshot.records()
         self._packer = _Packer(zone, self.messages)
-        self._lock = asyncio.Lock()
         self._failed = False
 
     async def message(self, index: int) -> bytes | None:
@@ -230,31 +229,29 @@ class _Stream:
         while index >= len(self.messages):
             if self.done:
                 return None
-            async with self._lock:
-                if index >= len(self.messages) and not self.done:
-                    await self._pack_one()
+            self._pack_one()
+            await asyncio.sleep(0)  # queries between two messages (a reader on loopback may never wait to drain)
         return self.messages[index]
 
-    async def _pack_one(self) -> None:
-        """Pack records until one more message is complete (or the zone's last is), then yield to the
-        event loop (a reader on loopback may never have to wait for its drain)."""
+    @collector_paused
+    def _pack_one(self) -> None:
+        """Pack records until one more message is complete (or the zone's last is): a few hundred
+        records, a few ms, in one go. The collector is paused as for a compile (table.py): packing
+        allocates objects by the thousand and frees them by reference counting, and a full collection
+        over the table's objects, triggered by those allocations alone, would cost more than the packing."""
         if self._failed:
             raise ConnectionError("the zone's packing failed")  # never a zone cut short
         count = len(self.messages)
         try:
-            for n, (owner, rec) in enumerate(self._records, 1):
+            for owner, rec in self._records:
                 self._packer.add(owner, rec)
                 if len(self.messages) > count:
-                    break
-                if n % PACK_SLICE == 0:
-                    await asyncio.sleep(0)
-            else:
-                self._packer.close()
-                self.done = True
+                    return
+            self._packer.close()
+            self.done = True
         except Exception:
             self._failed = True
             raise
-        await asyncio.sleep(0)
 
 
 class _Packer:

@@ -21,6 +21,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/metrics"
 	_ "github.com/coredns/coredns/plugin/ready"
 	_ "github.com/coredns/coredns/plugin/reload"
+	_ "github.com/coredns/coredns/plugin/transfer"
 )
 
 // directives is the plugin order, a subset of CoreDNS's plugin.cfg order.
@@ -34,6 +35,7 @@ var directives = []string{
 	"ready",
 	"loadbalance",
 	"cache",
+	"transfer",
 	"kubernetes",
 	"loop",
 	"forward",
