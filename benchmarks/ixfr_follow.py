@@ -100,6 +100,7 @@ def measure(size: int, changes: int, work: Path) -> dict[str, Any]:
                            "axfr_style_ixfr": log.count("AXFR-style")},
         "ixfr_bytes": {"min": min(ixfr), "max": max(ixfr)} if ixfr else None,
         "breakdown_ms": breakdown(server.log(), moments),
+        "knot_log_last_change": [line for line in log.splitlines()[-12:] if "IXFR" in line or "notify" in line.lower()],
     }
 
 
@@ -128,14 +129,19 @@ def breakdown(log: str, moments: list[tuple[float, float]]) -> dict[str, Any]:
 
 def markdown(figures: list[dict[str, Any]]) -> str:
     """The table docs/transfers.md quotes (tests/test_ixfr.py holds the page to the stored run)."""
-    rows = ["| imports | Knot after mcsdns, p50 | max (of {n}) | Knot's transfers | IXFR bytes (Knot's log) |".format(
-        n=figures[0]["changes"]), "|---|---|---|---|---|"]
+    rows = ["| imports | changes | Knot after mcsdns, p50 | max | NOTIFY sent, p50 | IXFR answered, p50 "
+            "| Knot's transfers | IXFR bytes (Knot's log) |", "|---|---|---|---|---|---|---|---|"]
     for f in figures:
-        t, b = f["knot_transfers"], f["ixfr_bytes"]
+        t, b, steps = f["knot_transfers"], f["ixfr_bytes"], f["breakdown_ms"]
         size = str(b["min"]) if b["min"] == b["max"] else f"{b['min']}-{b['max']}"
-        rows.append(f"| {f['imports']:,} | {f['follow_ms']['p50']:.0f} ms | {f['follow_ms']['max']:.0f} ms | "
+        rows.append(f"| {f['imports']:,} | {f['changes']} | {f['follow_ms']['p50']:.0f} ms | {f['follow_ms']['max']:.0f} ms | "
+                    f"{_p50(steps, 'sent')} | {_p50(steps, 'ixfr')} | "
                     f"{t['axfr']} AXFR, then {t['ixfr']} IXFR | {size} |")
     return "\n".join(rows) + "\n"
+
+
+def _p50(steps: dict[str, Any], step: str) -> str:
+    return f"{steps[step]['p50']:.0f} ms" if step in steps else "not logged"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{size} imports: {got['changes']} changes, Knot answered each {got['follow_ms']['p50']} ms (p50), "
                   f"{got['follow_ms']['max']} ms (max) after mcsdns; Knot's transfers: {got['knot_transfers']}; "
                   f"IXFR bytes {got['ixfr_bytes']}; after mcsdns answered (ms): {got['breakdown_ms']}")
-    print(markdown(figures))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=1) + "\n")
+    print(markdown(figures))
     return 0
 
 

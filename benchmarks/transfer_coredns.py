@@ -77,6 +77,19 @@ def summary(imports: int, rounds: dict[str, list[dict[str, Any]]]) -> dict[str, 
     return out
 
 
+def markdown(got: dict[str, Any]) -> str:
+    """The table docs/transfers.md quotes (tests/test_transfer.py holds the page to the stored run)."""
+    rows = ["| server | records | bytes | messages | first message | whole AXFR, median (range) | again | RSS |",
+            "|---|---|---|---|---|---|---|---|"]
+    for label in LABELS:
+        f = got[label]
+        first = f["first_axfr_s"]
+        rows.append(f"| {label} | {f['records']:,} | {f['bytes'] / 1e6:.1f} MB | {f['messages']:,} | "
+                    f"{f['first_message_s']['median'] * 1000:.0f} ms | {first['median']:.1f} s "
+                    f"({first['min']:.1f}-{first['max']:.1f}) | {f['second_axfr_s']['median']:.1f} s | {f['rss_mb']} MB |")
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transfer_coredns", description=__doc__.splitlines()[0])
     parser.add_argument("--imports", type=int, default=50000, help="ClusterSetIP imports in the test bed")
@@ -107,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mcsdns/CoreDNS, first whole AXFR: {got['first_axfr_ratio']}x")
     if args.out:
         args.out.write_text(json.dumps(got, indent=1) + "\n")
+    print(markdown(got))
     return 0
 
 

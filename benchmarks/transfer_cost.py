@@ -144,6 +144,21 @@ def measure(size: int, work: Path) -> dict[str, Any]:
     }
 
 
+def markdown(figures: list[dict[str, Any]]) -> str:
+    """The table docs/transfers.md quotes (tests/test_transfer.py holds the page to the stored run)."""
+    rows = ["| imports | records | bytes | messages | first message | first AXFR (packs) | next AXFR "
+            "| query p99 / max, first AXFR | query p99 idle | 20 at once: complete, refused | query p99 / max, 20 at once |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for f in figures:
+        a, q1, q0, q20, t = (f["first_axfr"], f["query_ms_during_first"], f["query_ms_before"], f["query_ms_during"],
+                             f["twenty_at_once"])
+        rows.append(f"| {f['imports']:,} | {a['records']:,} | {a['bytes'] / 1e6:.1f} MB | {a['messages']} | "
+                    f"{f['first_message_s'] * 1000:.0f} ms | {a['seconds']:.1f} s | {f['second_axfr']['seconds']:.2f} s | "
+                    f"{q1['p99']:.0f} / {q1['max']:.0f} ms | {q0['p99']:.0f} ms | {t['completed']}, {len(t['failed'])} | "
+                    f"{q20['p99']:.0f} / {q20['max']:.0f} ms |")
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transfer_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000", help="ClusterSetIP imports per run, comma-separated")
@@ -165,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                   "with 20 at once")
     if args.out:
         args.out.write_text(json.dumps(figures, indent=1) + "\n")
+    print(markdown(figures))
     return 0
 
 

@@ -9,6 +9,7 @@ UDP, IXFR's answers and malformed requests each get the RFC's reply.
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import signal
 import socket
@@ -485,3 +486,14 @@ def test_a_change_during_a_transfer_does_not_mix_serials(tmp_path: Path) -> None
     assert contents(zone) == old != new
     assert contents(after) == new
     assert after.get_soa().serial != serials.pop()
+
+
+def test_the_docs_quote_the_stored_cost_runs() -> None:
+    """docs/transfers.md's tables of `python -m benchmarks.transfer_cost` and `benchmarks.transfer_coredns`
+    are the stored runs', as rendered."""
+    from benchmarks import transfer_coredns, transfer_cost
+
+    results = ROOT / "benchmarks" / "results"
+    page = (ROOT / "docs" / "transfers.md").read_text()
+    assert transfer_cost.markdown(json.loads((results / "transfer_cost.json").read_text())) in page
+    assert transfer_coredns.markdown(json.loads((results / "transfer_coredns.json").read_text())) in page
