@@ -298,16 +298,18 @@ class CoreDns(Server):
     kind = "coredns"
 
     def __init__(self, label: str, workdir: Path, cpu: str | None = None, *, binary: Path, kubeconfig: Path,
-                 cache: int = 0) -> None:
+                 cache: int = 0, transfer: bool = False) -> None:
         super().__init__(label, workdir, cpu)
         self.binary = binary
         self.kubeconfig = kubeconfig
         self.ready_port = free_port()
         self.metrics_port = free_port()
         self.cache = cache
+        self.transfer = transfer  # the `transfer` plugin: AXFR of the zones to anyone (benchmarks.transfer_coredns)
 
     def corefile(self) -> Path:
         cache = f"    cache {self.cache}\n" if self.cache else ""
+        cache += "    transfer {\n        to *\n    }\n" if self.transfer else ""
         path = self.workdir / f"{self.label}.Corefile"
         path.write_text(
             f".:{self.port} {{\n"

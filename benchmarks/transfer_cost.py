@@ -2,9 +2,10 @@
 
 For each size, mcsdns serves the data set (dataset.Spec: ClusterSetIP imports with 10 endpoints
 each, and the two headless imports) from manifests with `--transfer-to 127.0.0.1`, and one client
-reads the zone over TCP: the first transfer (which packs the zone's messages) and a second one of
-the same serial (the packed messages reused), each read by kdig and timed from its start to its exit, with
-the bytes, messages and records. A UDP query is timed every 10 ms during the first transfer (the
+reads the zone over TCP: the time to the first message of a new serial's transfer (read by a
+socket, which then hangs up), the first whole transfer (which packs the zone's messages as it
+reads them) and a second one of the same serial (the packed messages reused), each read by kdig
+and timed from its start to its exit, with the bytes, messages and records. A UDP query is timed every 10 ms during the first transfer (the
 packing), idle, and while 20 clients transfer at once (at most 16 are served at once: the others are
 REFUSED, as a secondary retries): p50, p99 and the longest a query waited.
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -52,6 +55,22 @@ def axfr(port: int) -> dict[str, Any]:
     return {"seconds": round(seconds, 4), "bytes": int(got[1]), "messages": int(got[2]), "records": int(got[3])}
 
 
+def first_message(port: int) -> float:
+    """Seconds from sending an AXFR to holding its first message whole (the zone not packed yet: a new
+    serial's first transfer); the connection is then closed."""
+    wire = dns.message.make_query(ZONE, "AXFR").to_wire()
+    started = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
+        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        got = b""
+        while len(got) < 2 or len(got) < 2 + struct.unpack(">H", got[:2])[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("closed before the first message")
+            got += chunk
+    return time.perf_counter() - started
+
+
 def query_latencies(port: int, stop: threading.Event, out: list[float]) -> None:
     """Time one UDP query every 10 ms until `stop`; a query unanswered in 5 s counts as 5 s (and as lost)."""
     query = dns.message.make_query(f"svc-7.{dataset.Spec().namespace(7)}.svc.{ZONE}", "A")
@@ -78,6 +97,7 @@ def measure(size: int, work: Path) -> dict[str, Any]:
         stop = threading.Event()
         thread = threading.Thread(target=query_latencies, args=(server.dns_port, stop, packing), daemon=True)
         thread.start()
+        ttfb = first_message(server.dns_port)
         first = axfr(server.dns_port)
         stop.set()
         thread.join()
@@ -113,7 +133,7 @@ def measure(size: int, work: Path) -> dict[str, Any]:
         thread.join()
     ms = 1000.0
     return {
-        "imports": size, "first_axfr": first, "second_axfr": second,
+        "imports": size, "first_message_s": round(ttfb, 4), "first_axfr": first, "second_axfr": second,
         "twenty_at_once": {"seconds": round(twenty, 3), "completed": len(results), "failed": failed},
         "query_ms_during_first": {"p50": round(statistics.median(packing) * ms, 2),
                                   "p99": round(percentile(packing, 0.99) * ms, 2), "max": round(max(packing) * ms, 2),
@@ -122,6 +142,21 @@ def measure(size: int, work: Path) -> dict[str, Any]:
         "query_ms_during": {"p50": round(statistics.median(busy) * ms, 2), "p99": round(percentile(busy, 0.99) * ms, 2),
                             "max": round(max(busy) * ms, 2), "queries": len(busy), "lost": busy.count(LOST)},
     }
+
+
+def markdown(figures: list[dict[str, Any]]) -> str:
+    """The table docs/transfers.md quotes (tests/test_transfer.py holds the page to the stored run)."""
+    rows = ["| imports | records | bytes | messages | first message | first AXFR (packs) | next AXFR "
+            "| query p99 / max, first AXFR | query p99 idle | 20 at once: complete, refused | query p99 / max, 20 at once |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for f in figures:
+        a, q1, q0, q20, t = (f["first_axfr"], f["query_ms_during_first"], f["query_ms_before"], f["query_ms_during"],
+                             f["twenty_at_once"])
+        rows.append(f"| {f['imports']:,} | {a['records']:,} | {a['bytes'] / 1e6:.1f} MB | {a['messages']} | "
+                    f"{f['first_message_s'] * 1000:.0f} ms | {a['seconds']:.1f} s | {f['second_axfr']['seconds']:.2f} s | "
+                    f"{q1['p99']:.0f} / {q1['max']:.0f} ms | {q0['p99']:.0f} ms | {t['completed']}, {len(t['failed'])} | "
+                    f"{q20['p99']:.0f} / {q20['max']:.0f} ms |")
+    return "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             got = measure(size, Path(tmp))
             figures.append(got)
             print(f"{size} imports: AXFR {got['first_axfr']['records']} records, {got['first_axfr']['bytes']} bytes in "
-                  f"{got['first_axfr']['messages']} messages; first {got['first_axfr']['seconds']} s (packs), "
+                  f"{got['first_axfr']['messages']} messages; first message after {got['first_message_s']} s, "
+                  f"first AXFR {got['first_axfr']['seconds']} s (packs), "
                   f"second {got['second_axfr']['seconds']} s; 20 at once {got['twenty_at_once']['seconds']} s "
                   f"({got['twenty_at_once']['completed']} complete, failed: {got['twenty_at_once']['failed']}); "
                   f"query ms p50/p99/max during the first {got['query_ms_during_first']['p50']}/"
@@ -144,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                   "with 20 at once")
     if args.out:
         args.out.write_text(json.dumps(figures, indent=1) + "\n")
+    print(markdown(figures))
     return 0
 
 

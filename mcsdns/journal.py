@@ -32,8 +32,7 @@ from dnslib import RR, DNSBuffer
 from .compile import Service
 from .store import ServiceKey
 from .table import SERIAL_MASK, Table
-from .vocab import Record
-from .zonefile import as_rr, owned_records
+from .zonefile import Owned, as_rr, owned_records
 
 def serial_lt(a: int, b: int) -> bool:
     """a < b in RFC 1982 serial arithmetic (32 bits)."""
@@ -41,7 +40,6 @@ def serial_lt(a: int, b: int) -> bool:
 
 
 RECENT_RECORDS = 100_000  # records of the last changed services kept, so the next change of each is diffed at once
-Owned = tuple[tuple[str, ...], Record]  # a record with its owner's labels, in no zone yet
 
 
 @dataclass(slots=True)
@@ -85,8 +83,7 @@ class Journal:
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.clock = clock
-        self._origins = {z: tuple(z.lower().rstrip(".").split(".")) for z in table.config.zones}
-        self._first_origin = next(iter(self._origins.values()))
+        self._first_origin = tuple(table.config.zones[0].lower().rstrip(".").split("."))
         self._view = _Exposed(table)
         self.services: dict[ServiceKey, Service] = {}  # what the zone holds, per service (exposed ones only)
         self.entries: deque[Entry] = deque()
@@ -169,9 +166,10 @@ class Journal:
 
     # ----------------------------------------------------------------- answering (transfer.Transfers)
 
-    def since(self, zone: str, serial: int, current: int) -> tuple[list[RR], list[RR]] | str:
-        """The records of `zone` deleted and added from `serial` to `current`, condensed; or the
-        reason there are none: "future", "purged" or "unknown"."""
+    def since(self, serial: int, current: int) -> tuple[list[Owned], list[Owned]] | str:
+        """The records deleted and added from `serial` to `current`, condensed (in no zone yet: the
+        transfer writes them into the zone asked for); or the reason there are none: "future",
+        "purged" or "unknown"."""
         self.trim()
         entries = self.entries
         start = next((i for i, e in enumerate(entries) if e.before == serial), None)
@@ -197,5 +195,4 @@ class Journal:
                     del deleted[r]
                 else:
                     added[r] = None
-        origin = self._origins[zone]
-        return [as_rr(*r, origin) for r in deleted], [as_rr(*r, origin) for r in added]
+        return list(deleted), list(added)

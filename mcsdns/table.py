@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Protocol, TypeVar
 from . import compile as zone
 from . import plain, reverse, vocab
 from .compile import Service
+from .objects import EndpointSlice, ServiceImport
 from .store import Changes, ServiceKey, Store
 from .wire import AA, Body, NameCache, Renderer, encode_labels, soa_record
 
@@ -178,14 +179,18 @@ class Table:
         imp = self.store.imports.get((namespace, name))
         if imp is None:
             return None
-        slices = self.store.service_slices((namespace, name))
+        return self.service_of(imp, self.store.service_slices((namespace, name)), self.local)
+
+    def service_of(self, imp: ServiceImport, slices: tuple[EndpointSlice, ...], local: str | None) -> Service:
+        """The Service answers see for `imp` and its `slices` with the local cluster `local` (`service`,
+        and a zone transfer's snapshot of the store, transfer.py)."""
         if self.config.ips_from_slices and not imp.headless and not imp.ips:
             # The one place the opt-in acts (decision 13): every answer, the plain lane, PTR and the
             # zone file take the service from here. A slice change recompiles the service already.
             imp = replace(imp, ips=zone.slice_ips(slices))
-        if self.local is None:
+        if local is None:
             return Service(imp, slices)
-        return zone.with_locality(imp, slices, self.local)
+        return zone.with_locality(imp, slices, local)
 
     def _local_cluster(self) -> str | None:
         """The local cluster id in effect (lower case), or None: --local-cluster off, or auto without one."""

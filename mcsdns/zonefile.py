@@ -42,6 +42,9 @@ from .table import Table, TableConfig
 from .wire import SOA_EXPIRE, SOA_REFRESH, SOA_RETRY
 
 
+Owned = tuple[tuple[str, ...], vocab.Record]  # a record with its owner's labels, in no zone yet
+
+
 class ZoneSourceError(RuntimeError):
     """The objects could not be read completely (the message says which source and why)."""
 
@@ -74,24 +77,36 @@ def _rdata(rec: vocab.Record, origin: tuple[str, ...]) -> A | AAAA | SRV | TXT |
 def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) -> Iterator[RR]:
     """Every record of `zone_name`: SOA, apex NS and its addresses, dns-version, then each service's."""
     origin = tuple(zone_name.lower().rstrip(".").split("."))
+    yield from apex_records(table, origin, ns_addresses)
+    for key in sorted(table.store.imports):
+        svc = table.service(*key)
+        if svc is None or not table.namespace_exposed(key[0]):
+            continue
+        yield from service_records(svc, table, origin, table.ttl, ns_addresses)
+
+
+def apex_records(table: Table, origin: tuple[str, ...], ns_addresses: tuple[str, ...]) -> Iterator[RR]:
+    """The records of the zone `origin` (labels) that belong to no service: SOA first, apex NS and its
+    addresses, dns-version."""
     ttl = table.ttl
     apex = _name((), origin)
     yield RR(apex, QTYPE.SOA, ttl=min(ttl, 300), rdata=SOA(
         _name(zone.NS_NAME, origin), _name(("hostmaster",), origin),
         (table.soa_serial, SOA_REFRESH, SOA_RETRY, SOA_EXPIRE, ttl)))  # fmt: skip
+    for owner, rec in apex_owned(table, ns_addresses):
+        yield as_rr(owner, rec, origin)
+
+
+def apex_owned(table: Table, ns_addresses: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], vocab.Record]]:
+    """(owner labels, record) of the apex NS, its addresses and dns-version: `apex_records` but the SOA,
+    in no zone yet."""
     fixed = [
-        ((), zone.answer((), vocab.NS, table, ttl, ns_addresses)),
-        (("dns-version",), zone.answer(("dns-version",), vocab.TXT, table, ttl, ns_addresses)),
+        ((), zone.answer((), vocab.NS, table, table.ttl, ns_addresses)),
+        (("dns-version",), zone.answer(("dns-version",), vocab.TXT, table, table.ttl, ns_addresses)),
     ]
     for labels, ans in fixed:
         for rec in ans.answer + ans.additional:
-            yield RR(_name(labels if rec.owner is None else rec.owner, origin), rec.rtype, ttl=rec.ttl,
-                     rdata=_rdata(rec, origin))
-    for key in sorted(table.store.imports):
-        svc = table.service(*key)
-        if svc is None or not table.namespace_exposed(key[0]):
-            continue
-        yield from service_records(svc, table, origin, ttl, ns_addresses)
+            yield (labels if rec.owner is None else rec.owner), rec
 
 
 def service_records(svc: zone.Service, view: zone.ZoneView, origin: tuple[str, ...], ttl: int,

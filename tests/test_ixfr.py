@@ -217,6 +217,9 @@ def test_the_docs_quote_the_stored_follow_run() -> None:
     stored = json.loads((ROOT / "benchmarks" / "results" / "ixfr_follow.json").read_text())
     assert markdown(stored) in (ROOT / "docs" / "transfers.md").read_text()
     assert all(f["knot_transfers"]["axfr"] == 1 and f["knot_transfers"]["axfr_style_ixfr"] == 0 for f in stored)
+    # The target, as the page says: one endpoint's IXFR under 1 KiB, the same at every size.
+    assert len({(f["ixfr_bytes"]["min"], f["ixfr_bytes"]["max"]) for f in stored}) == 1
+    assert max(f["ixfr_bytes"]["max"] for f in stored) <= 1024 and max(f["imports"] for f in stored) >= 50000
 
 
 def test_each_served_zone_gets_its_own_names_in_the_ixfr(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ UDP, IXFR's answers and malformed requests each get the RFC's reply.
 from __future__ import annotations
 
 import base64
+import json
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -430,3 +432,68 @@ def test_a_secondary_that_never_reads_is_dropped_after_the_idle_timeout(tmp_path
             pass
         sock.close()
     assert received < whole, (received, whole)  # cut off, not written to the end
+
+
+def test_a_change_during_a_transfer_does_not_mix_serials(tmp_path: Path) -> None:
+    """A secondary reads the first message of the zone, then the zone changes (a service deleted, one
+    added, one's address changed, all sorted after the first message) and mcsdns answers the change;
+    the rest of that transfer is still the old zone, both SOAs the old serial. The next transfer is the
+    new zone. The client's small receive window keeps the server from packing far ahead meanwhile."""
+    manifests = big_manifests(tmp_path, 3000)
+    old = contents(printed_zone(manifests))
+    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.dns_port))
+        sock.settimeout(30)
+        wire = dns.message.make_query(ZONE, "AXFR").to_wire()
+        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        buf = b""
+
+        def next_message() -> bytes:
+            nonlocal buf
+            while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
+                chunk = sock.recv(65536)
+                assert chunk, "closed"
+                buf += chunk
+            size = struct.unpack(">H", buf[:2])[0]
+            message, buf = buf[2 : 2 + size], buf[2 + size :]
+            return message
+
+        messages = [dns.message.from_wire(next_message(), one_rr_per_rrset=True)]
+        text = manifests.read_text()
+        text = text.replace("name: service-number-02999,", "name: service-number-99999,")  # deleted, added
+        text = text.replace("ips: [10.8.0.1]", "ips: [10.99.0.1]")  # service-number-02000's address
+        manifests.write_text(text)
+        new = contents(printed_zone(manifests))
+        server.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while server.query(f"service-number-02000.bulk.svc.{ZONE}", "A").answer[0][0].address != "10.99.0.1":
+            assert time.monotonic() < deadline, "the change was not answered"
+            time.sleep(0.05)
+        records = list(messages[0].answer)
+        while not axfr_done(records):
+            messages.append(dns.message.from_wire(next_message(), one_rr_per_rrset=True))
+            records += messages[-1].answer
+        sock.close()
+        after = transferred(server.dns_port)
+    assert len(messages) > 20  # the change came while most of the zone was still to be sent
+    zone = dns.zone.Zone(ZONE, relativize=False)
+    for rrset in records[:-1]:
+        zone.find_rdataset(rrset.name, rrset.rdtype, create=True).update(rrset)
+    serials = {rrset[0].serial for rrset in records if rrset.rdtype == dns.rdatatype.SOA}
+    assert len(serials) == 1
+    assert contents(zone) == old != new
+    assert contents(after) == new
+    assert after.get_soa().serial != serials.pop()
+
+
+def test_the_docs_quote_the_stored_cost_runs() -> None:
+    """docs/transfers.md's tables of `python -m benchmarks.transfer_cost` and `benchmarks.transfer_coredns`
+    are the stored runs', as rendered."""
+    from benchmarks import transfer_coredns, transfer_cost
+
+    results = ROOT / "benchmarks" / "results"
+    page = (ROOT / "docs" / "transfers.md").read_text()
+    assert transfer_cost.markdown(json.loads((results / "transfer_cost.json").read_text())) in page
+    assert transfer_coredns.markdown(json.loads((results / "transfer_coredns.json").read_text())) in page
