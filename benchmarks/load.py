@@ -172,19 +172,19 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
 def _interrupt(proc: subprocess.Popen, reader: threading.Thread, outputs: list[str]) -> str:
     """Stop a dnsperf that did not exit; what it was doing, and its own statistics if it printed them.
 
-    Its kernel state and wait channel are read first; then SIGINT, on which dnsperf ends the test
+    Its threads' wait channels are read first; then SIGINT, on which dnsperf ends the test
     ("interruption") and prints its statistics, so the note says whether the server had been
     answering (a killed dnsperf printed nothing, and such a run looked like one with no answer at
     all); SIGKILL only if it does not exit within 5 s of that.
     """
-    state = []
-    for name in ("wchan", "status"):
+    waits: dict[str, int] = {}
+    for task in sorted(Path(f"/proc/{proc.pid}/task").glob("*")):  # each thread's wait channel
         try:
-            text = Path(f"/proc/{proc.pid}/{name}").read_text()
+            where = (task / "wchan").read_text().strip() or "-"
         except OSError:
             continue
-        state.append(f"wchan {text.strip() or '-'}" if name == "wchan" else
-                     next((line.replace("\t", " ") for line in text.splitlines() if line.startswith("State:")), ""))
+        waits[where] = waits.get(where, 0) + 1
+    state = ["threads waiting in " + ", ".join(f"{k} x{n}" for k, n in sorted(waits.items()))] if waits else []
     proc.send_signal(signal.SIGINT)
     reader.join(5)
     if reader.is_alive():
