@@ -49,9 +49,12 @@ def stepper(seconds: float, opts: Options) -> Step:
 
     A run in which nothing was answered is run again, up to `load.SMOKE_ATTEMPTS` times in all (as the
     suite's smoke does): on the shared machine, 2 of 6 short test runs had one run against mcsdns
-    with no answer at all (cause not found: the run took ~30 s longer, as when dnsperf is killed
-    for not exiting). The figures keep how many attempts it took,
-    and dnsperf's last words if none answered.
+    with no answer at all. Each took ~30 s longer: dnsperf had not exited in time and was killed,
+    which discarded its statistics, so "no answer" was the kill's, not the server's (which had
+    answered the start-up probe and the warm-up). Reproduced against both the old and the new
+    server: dnsperf's main thread waits on a futex and SIGINT does not end it. `load.dnsperf` notes
+    each thread's wait channel and interrupts before it kills (dnsperf's statistics, if it prints
+    them). The figures keep how many attempts it took, and dnsperf's last words if none answered.
     """
     def once(server: Server, qfile: Path, rate: Any, edns: bool) -> tuple[load.Run, dict[str, Any]]:
         if rate == MAX:

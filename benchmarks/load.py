@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -133,10 +134,9 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
     reader.start()  # dnsperf -v writes a line per query: its pipe is drained while the busy shares are read
     busy = _busy_window(proc, wall0, seconds, meter) if meter else None
     reader.join(seconds + timeout + 30)
-    if reader.is_alive():  # seen once under heavy machine load: count as a failed step
-        proc.kill()
-        reader.join()
-        return Run(rate=rate, latencies=[] if verbose else None, note=f"dnsperf did not exit within {seconds + timeout + 30:g} s")
+    if reader.is_alive():  # seen under heavy machine load: a failed step (light_cost runs it again)
+        return Run(rate=rate, latencies=[] if verbose else None,
+                   note=f"dnsperf did not exit within {seconds + timeout + 30:g} s: {_interrupt(proc, reader, outputs)}")
     after, wall = (meter() if meter else 0.0), time.monotonic() - wall0
     proc = subprocess.CompletedProcess(argv, proc.returncode, *outputs)
     out = proc.stdout
@@ -167,6 +167,33 @@ def dnsperf(port: int, qfile: Path, *, seconds: float, rate: float | None = None
                     pass
         run.latencies = lat
     return run
+
+
+def _interrupt(proc: subprocess.Popen, reader: threading.Thread, outputs: list[str]) -> str:
+    """Stop a dnsperf that did not exit; what it was doing, and its own statistics if it printed them.
+
+    Its threads' wait channels are read first; then SIGINT, on which dnsperf ends the test
+    ("interruption") and prints its statistics, so the note says whether the server had been
+    answering (a killed dnsperf printed nothing, and such a run looked like one with no answer at
+    all); SIGKILL only if it does not exit within 5 s of that.
+    """
+    waits: dict[str, int] = {}
+    for task in sorted(Path(f"/proc/{proc.pid}/task").glob("*")):  # each thread's wait channel
+        try:
+            where = (task / "wchan").read_text().strip() or "-"
+        except OSError:
+            continue
+        waits[where] = waits.get(where, 0) + 1
+    state = ["threads waiting in " + ", ".join(f"{k} x{n}" for k, n in sorted(waits.items()))] if waits else []
+    proc.send_signal(signal.SIGINT)
+    reader.join(5)
+    if reader.is_alive():
+        proc.kill()
+        reader.join()
+        return "; ".join(state + ["killed: no statistics"])
+    out = outputs[0] if outputs else ""
+    said = [line.strip() for line in out.splitlines() if line.strip().startswith(("Queries sent", "Queries completed", "Run time"))]
+    return "; ".join(state + ["interrupted"] + said)
 
 
 def _busy_window(proc: subprocess.Popen, start: float, seconds: float,

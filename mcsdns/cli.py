@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from . import __version__
+from . import __version__, dispatch
 from .config import Config, ConfigError
 from .flagsfile import FlagsFileError, resolve
 from .options import add_arguments, config_values
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_loop(main_coro) -> None:
-    """asyncio.run, on uvloop when MCSDNS_LOOP=uvloop and it is installed (measured: docs/performance.md)."""
+    """asyncio.run on dispatch.py's loop (UDP readers called from the selector), or on uvloop when
+    MCSDNS_LOOP=uvloop and it is installed (measured: docs/performance.md)."""
     if os.environ.get("MCSDNS_LOOP", "").lower() == "uvloop":
         try:
             import uvloop
@@ -109,7 +110,8 @@ def _run_loop(main_coro) -> None:
             log.warning("MCSDNS_LOOP=uvloop but uvloop is not installed: using asyncio's default loop")
         else:
             return uvloop.run(main_coro)
-    return asyncio.run(main_coro)
+    with asyncio.Runner(loop_factory=dispatch.new_loop) as runner:  # asyncio.run, on dispatch.py's loop
+        return runner.run(main_coro)
 
 
 async def _serve(config: Config) -> None:

@@ -136,7 +136,8 @@ class Batch:
                 h.msg_name, h.msg_namelen = nbase + i * NAME, NAME
                 h.msg_iov, h.msg_iovlen = ctypes.addressof(iovs[i]), 1
         self._rbytes = memoryview(self._rhdr).cast("B")
-        self._rfresh = bytes(self._rbytes)  # the receive headers as recv() must find them (namelen 128)
+        self._rfresh = memoryview(bytes(self._rbytes))  # the receive headers as recv() must find them (namelen 128)
+        self._used = 0  # headers the last recv() let the kernel write: only their namelen needs putting back
         self._rint = self._rbytes.cast("I")
         self._sint = memoryview(self._shdr).cast("B").cast("I")
         self._slen = memoryview(self._siov).cast("B").cast(_SIZE_T)
@@ -148,7 +149,7 @@ class Batch:
     def close(self) -> None:
         """Release the views and buffers (after the socket's last use)."""
         self.peers.clear()
-        for view in (self._slen, self._sint, self._rint, self._rbytes):
+        for view in (self._slen, self._sint, self._rint, self._rbytes, self._rfresh):
             view.release()
         self._anchors.clear()
         for m in (self.rbuf, self.sbuf, self.names):
@@ -161,10 +162,19 @@ class Batch:
 
         Raises OSError for a receive error (EINTR included), Unsupported when the kernel lacks the call.
         """
-        self._rbytes[:] = self._rfresh  # namelen back to 128 in every slot (the kernel wrote the real one)
+        # namelen back to 128 where the kernel wrote the real one: at light load one slot, one store
+        # (recv() with the system call stubbed out: 0.22 us copying all 64 headers back, 0.16 now)
+        used = self._used
+        if used == 1:
+            self._rint[_NAMELEN] = NAME
+        elif used:
+            end = used * self._hdr_size
+            self._rbytes[:end] = self._rfresh[:end]
         n = self._recv_call(fd, self._rhdr_at, self.size, MSG_DONTWAIT, None)
         if n >= 0:
+            self._used = n
             return n
+        self._used = self.size  # (whatever an error left written: every header is reset next time)
         err = ctypes.get_errno()
         if err in (errno.EAGAIN, errno.EWOULDBLOCK):
             return 0

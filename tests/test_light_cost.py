@@ -96,3 +96,30 @@ def test_bad_flags_get_usage_not_a_traceback(args: tuple[str, ...]) -> None:
     proc = _run(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_dnsperf_that_does_not_exit_is_interrupted_and_says_what_it_got(tmp_path: Path, benchmark_tools: None) -> None:
+    """A dnsperf still running after its time (here: -l 60 against a socket that never answers) is
+    stopped with SIGINT, not killed: the note names its kernel state and keeps its own statistics
+    (what it sent, what was answered), so a hung run is told apart from a server that answered nothing."""
+    import socket
+    import threading
+    import time
+
+    from benchmarks import load
+
+    qfile = tmp_path / "q.txt"
+    qfile.write_text("example.com A\n")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
+        sink.bind(("127.0.0.1", 0))
+        proc = subprocess.Popen(["dnsperf", "-s", "127.0.0.1", "-p", str(sink.getsockname()[1]), "-d", str(qfile),
+                                 "-l", "60", "-Q", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        outputs: list[str] = []
+        reader = threading.Thread(target=lambda: outputs.extend(proc.communicate()), daemon=True)
+        reader.start()
+        time.sleep(1.5)
+        started = time.monotonic()
+        note = load._interrupt(proc, reader, outputs)
+    assert time.monotonic() - started < 5 and proc.returncode is not None
+    assert "threads waiting in" in note and "interrupted" in note, note
+    assert "Queries sent:" in note and "Queries completed:    0" in note, note

@@ -1,0 +1,172 @@
+"""dispatch.py's loop: UDP readers called from the selector, everything else as asyncio does it.
+
+In process, on real loopback sockets: the same listener on asyncio's stock loop and on
+`dispatch.new_loop()` sends byte for byte the same replies; on the dispatch loop the reader is
+the selector's (no asyncio handle), stops when the listener stops accepting, moves to the plain
+path in place, and a reader that raises is reported to the loop's exception handler while the
+loop and the other descriptors go on. The command line's servers (every subprocess test) run on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import socket
+import time
+
+import dns.message
+import pytest
+
+from mcsdns import dispatch
+from mcsdns.resolve import Resolver
+from mcsdns.transport import DnsServer
+from testsupport.inprocess import build_table
+from testsupport.serverproc import ROOT
+
+EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
+NAMES = ("web.demo.svc.clusterset.local.", "WEB.demo.svc.clusterset.local.", "nothere.demo.svc.clusterset.local.",
+         "db.demo.svc.clusterset.local.")
+
+pytestmark = pytest.mark.skipif(not hasattr(selectors, "EpollSelector"), reason="dispatch.py's selector is epoll's")
+
+
+def _queries() -> list[bytes]:
+    out = []
+    for name in NAMES:
+        for qtype in ("A", "AAAA", "SRV"):
+            q = dns.message.make_query(name, qtype)
+            q.id = len(out)
+            out.append(q.to_wire())
+    return out
+
+
+async def _exchange(server: DnsServer, addr: tuple[str, int], queries: list[bytes], one_by_one: bool) -> dict[int, bytes]:
+    """Every query sent (one at a time, each after the last reply, or all at once); the replies by ID."""
+    client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    client.setblocking(False)
+    got: dict[int, bytes] = {}
+    try:
+        pending = list(queries) if one_by_one else []
+        if not one_by_one:
+            for wire in queries:
+                client.sendto(wire, addr)
+        else:
+            client.sendto(pending.pop(0), addr)
+        deadline = time.monotonic() + 10
+        while len(got) < len(queries) and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+            while True:
+                try:
+                    wire = client.recv(65535)
+                except BlockingIOError:
+                    break
+                got[(wire[0] << 8) | wire[1]] = wire
+                if pending:
+                    client.sendto(pending.pop(0), addr)
+    finally:
+        client.close()
+    return got
+
+
+def _run(coro_fn, on_dispatch: bool):
+    if not on_dispatch:
+        return asyncio.run(coro_fn())
+    with asyncio.Runner(loop_factory=dispatch.new_loop) as runner:
+        return runner.run(coro_fn())
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "plain"])
+def test_the_dispatch_loop_answers_as_asyncio_s_own(batched: bool) -> None:
+    """One query per wakeup and a burst, on both loops: the same replies, every query answered;
+    on the dispatch loop the listener's descriptor is the selector's direct reader, not the loop's."""
+    table = build_table([EXAMPLE])
+    queries = _queries()
+
+    async def serve() -> tuple[dict[int, bytes], dict[int, bytes], bool]:
+        server = DnsServer(Resolver(table), batch_udp=batched)
+        addr = await server.listen("127.0.0.1", 0)
+        loop = asyncio.get_running_loop()
+        fd = server._udp[0].fileno()
+        selector = getattr(loop, "_selector", None)
+        direct = isinstance(selector, dispatch.DispatchSelector) and fd in selector.direct
+        try:
+            alone = await _exchange(server, addr, queries, one_by_one=True)
+            burst = await _exchange(server, addr, queries, one_by_one=False)
+        finally:
+            server.stop_accepting()
+            if isinstance(selector, dispatch.DispatchSelector):
+                assert fd not in selector.direct and fd not in selector.get_map()
+            await server.drain(0)
+        return alone, burst, direct
+
+    stock_alone, stock_burst, stock_direct = _run(serve, on_dispatch=False)
+    alone, burst, direct = _run(serve, on_dispatch=True)
+    assert not stock_direct and direct
+    assert len(stock_alone) == len(queries)
+    assert alone == stock_alone and burst == stock_burst == stock_alone
+
+
+def test_a_reader_that_raises_is_reported_and_the_loop_goes_on() -> None:
+    """A direct reader's exception reaches the loop's exception handler (as a Handle's does); the
+    loop keeps running its other readers and timers, and the reader is called again next time."""
+    async def scenario() -> tuple[list[dict], int, bool]:
+        loop = asyncio.get_running_loop()
+        reported: list[dict] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        c, d = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        for s in (a, c):
+            s.setblocking(False)
+        calls = {"n": 0}
+        other = loop.create_future()
+
+        def bad() -> None:
+            a.recv(16)
+            calls["n"] += 1
+            raise ValueError("boom")
+
+        dispatch.add_reader(loop, a.fileno(), bad)
+        loop.add_reader(c.fileno(), lambda: other.done() or other.set_result(c.recv(16)))  # the loop's own
+        try:
+            b.send(b"1")
+            d.send(b"x")
+            assert await asyncio.wait_for(other, 5) == b"x"
+            b.send(b"2")
+            deadline = time.monotonic() + 5
+            while calls["n"] < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            removed = dispatch.remove_reader(loop, a.fileno())
+        finally:
+            loop.remove_reader(c.fileno())
+            for s in (a, b, c, d):
+                s.close()
+        return reported, calls["n"], removed
+
+    with asyncio.Runner(loop_factory=dispatch.new_loop) as runner:
+        reported, calls, removed = runner.run(scenario())
+    assert calls == 2 and removed
+    assert len(reported) == 2 and all(isinstance(r["exception"], ValueError) for r in reported)
+
+
+def test_a_reader_replaced_in_place_is_the_new_one() -> None:
+    """add_reader on a descriptor that has one replaces it (as the loop's own does): the socket
+    that falls back to the plain path is read by the plain reader only."""
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.setblocking(False)
+        seen: list[str] = []
+        done = loop.create_future()
+        dispatch.add_reader(loop, a.fileno(), lambda: seen.append("first"))
+        dispatch.add_reader(loop, a.fileno(), lambda: (seen.append("second:" + a.recv(8).decode()), done.set_result(None)))
+        try:
+            b.send(b"q")
+            await asyncio.wait_for(done, 5)
+        finally:
+            dispatch.remove_reader(loop, a.fileno())
+            a.close()
+            b.close()
+        return seen
+
+    with asyncio.Runner(loop_factory=dispatch.new_loop) as runner:
+        assert runner.run(scenario()) == ["second:q"]
