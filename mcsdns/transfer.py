@@ -425,7 +425,8 @@ class Transfers:
                     while (whole := await stream.message(index)) is not None:
                         writer.write(_framed(self._dress(whole, message.req, message.ctx)))
                         await asyncio.wait_for(writer.drain(), timeout)
-                        index += 1
+                        await asyncio.sleep(0)  # drain waits only once the socket is full, which a
+                        index += 1              # fast reader never lets happen: queries between messages
                     continue
                 if isinstance(message, _Incremental):
                     for part in await message.pack():
