@@ -12,6 +12,7 @@ holding thousands of connections cannot use to lock the others out.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import socket
@@ -36,6 +37,7 @@ UDP_ROUNDS = 4  # batched path: full batches of UDP_BATCH served per wakeup befo
 # rate. Not more: under sustained overload a deeper queue only answers queries later, after the
 # client gave up. Bounded either way: a flood costs at most this much queued memory.
 UDP_RCVBUF = 1 << 20
+PORT_PICKS = 20  # port 0: kernel-picked UDP ports tried before a TCP bind's EADDRINUSE is final
 # MCSDNS_UDP=plain: one recvfrom/sendto per datagram even where recvmmsg/sendmmsg exist (to compare both paths).
 UDP_PLAIN_ENV = "MCSDNS_UDP"
 
@@ -98,7 +100,21 @@ class DnsServer:
     # ----------------------------------------------------------------- lifecycle
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
-        """Bind UDP and TCP on the same port (port 0: the kernel picks, both share it)."""
+        """Bind UDP and TCP on the same port (port 0: the kernel picks, both share it).
+
+        The kernel picks the UDP port; the same TCP port may be taken (an outgoing connection's
+        ephemeral port, on a busy host), so with port 0 a pick whose TCP bind fails is dropped and
+        the kernel asked again, a bounded number of times."""
+        picks = PORT_PICKS if port == 0 else 1
+        for pick in range(1, picks + 1):
+            try:
+                return await self._listen(host, port)
+            except OSError as exc:
+                if pick == picks or exc.errno != errno.EADDRINUSE:
+                    raise
+        raise AssertionError("unreachable: the last pick returns or raises")
+
+    async def _listen(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         udp = socket.socket(family, socket.SOCK_DGRAM)
