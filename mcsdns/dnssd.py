@@ -18,6 +18,11 @@ The answer functions are pure (no I/O); `DnsSd` keeps their compiled wire bytes
 in the table, rebuilt when the store reports a change, never per query. A change
 to one service recompiles that service's instances, the PTR lists of the kinds it
 offered or offers, and its namespace's list of kinds: not the whole namespace.
+
+These names are records of the zone like the services' own, so a zone transfer
+(`--transfer-to`) and `mcsdns zone --dns-sd` hold them too (`snapshot`), and the
+IXFR journal gets the records each change deleted and added (`drain`): a secondary
+answers the browsing names as mcsdns does, and follows them by IXFR.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import TYPE_CHECKING, Hashable, Iterable
 from . import compile as zone
 from . import vocab
 from .compile import Service
-from .vocab import PTR, Answer, Record
+from .vocab import PTR, Answer, Owned, Record
 from .store import ServiceKey
 from .wire import encode_labels
 
@@ -105,6 +110,11 @@ class DnsSd:
         self.owned: dict[Hashable, list[bytes]] = {}  # what a compiled part put in the table
         self.names: set[bytes] = set()  # lower-cased wire names that exist
         self._browsed: tuple[str, ...] | None = None
+        # Each part's records (its positive answers, owner labels left of the zone), replaced whole on a
+        # change (never changed in place, so a snapshot may hold the tuples), and, while an IXFR journal
+        # is kept, the records each part had before its first change since the journal last drained.
+        self.records: dict[Hashable, tuple[Owned, ...]] = {}
+        self._before: dict[Hashable, tuple[Owned, ...]] = {}
 
     def full(self) -> None:
         """Compile everything (the initial sync)."""
@@ -162,6 +172,26 @@ class DnsSd:
     def exists(self, lname: bytes) -> bool:
         return lname in self.names
 
+    def snapshot(self) -> list[tuple[Owned, ...]]:
+        """Every DNS-SD record of the zone, as the parts' record tuples (a copy of the references: later
+        changes replace tuples, so the snapshot keeps this serial's records), in no order. For a zone
+        transfer: a copy of one reference per part, about a millisecond at 50,000 imports."""
+        return list(self.records.values())
+
+    def drain(self) -> tuple[list[Owned], list[Owned]]:
+        """The records deleted and added since the last drain (the IXFR journal's entry for a change)."""
+        deleted: list[Owned] = []
+        added: list[Owned] = []
+        for owner, old in self._before.items():
+            new = self.records.get(owner, ())
+            if old == new:
+                continue
+            was, now = set(old), set(new)
+            deleted += (r for r in old if r not in now)
+            added += (r for r in new if r not in was)
+        self._before = {}
+        return deleted, added
+
     def explain(self, labels: tuple[str, ...]) -> str | None:
         """The /explain reason for a DNS-SD name (labels lower-cased, left of the zone), else None."""
         rel = encode_labels(labels) if all(0 < len(label) < 64 for label in labels) else None
@@ -179,6 +209,13 @@ class DnsSd:
 
     def _swap(self, owner: Hashable, compiled: list[Compiled]) -> None:
         table = self.table
+        records = tuple((labels, rec) for labels, _qtype, ans in compiled if ans.rcode == vocab.NOERROR
+                        for rec in ans.answer)  # fmt: skip
+        old = self.records.pop(owner, ())
+        if records:
+            self.records[owner] = records
+        if table.journal is not None and owner not in self._before:
+            self._before[owner] = old
         for key in self.owned.pop(owner, ()):
             table.answers.pop(key, None)
             self.names.discard(key[:-4])

@@ -9,7 +9,8 @@ a change costs O(records of the changed services), not O(zone): the journal keep
 every service in an exposed namespace, the `Service` it last saw (the store's objects are
 frozen, so that is a reference, not a copy), and diffs that service's records before and
 after (`zonefile.owned_records`, the records an AXFR holds for it, as plain tuples: only the
-difference becomes wire records).
+difference becomes wire records). With `--dns-sd` the browsing names' records a change touched
+come from the DNS-SD part itself (`DnsSd.drain`), which keeps each list it replaced.
 
 Bounded by bytes (the records' wire size, `--ixfr-journal-bytes`) and by age
 (`--ixfr-journal-age`): the oldest entries go first. A change bigger than the whole bound
@@ -101,6 +102,8 @@ class Journal:
         self.entries.clear()
         self.bytes = 0
         self.first = serial & SERIAL_MASK
+        if table.dnssd is not None:
+            table.dnssd.drain()  # compiled whole at the sync: nothing to diff from either
 
     def record(self, services, before: int, after: int) -> None:
         """The table went from serial `before` to `after` by recompiling `services`."""
@@ -118,6 +121,10 @@ class Journal:
             was, now = self._records(key, old), self._records(key, new)
             entry.deleted += (r for r in was if r not in now)
             entry.added += (r for r in now if r not in was)
+        if self.table.dnssd is not None:
+            deleted, added = self.table.dnssd.drain()
+            entry.deleted += deleted
+            entry.added += added
         entry.size = sum(_wire_size(as_rr(*r, self._first_origin)) for r in (*entry.deleted, *entry.added))
         if entry.size > self.max_bytes:  # bigger than the whole journal: every older serial falls back
             self.entries.clear()

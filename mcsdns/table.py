@@ -52,6 +52,10 @@ class NameIndex(Protocol):
 
     def explain(self, labels: tuple[str, ...]) -> str | None: ...
 
+    def snapshot(self) -> list[tuple[vocab.Owned, ...]]: ...  # its records, for a zone transfer
+
+    def drain(self) -> tuple[list[vocab.Owned], list[vocab.Owned]]: ...  # deleted, added since the last drain
+
 log = logging.getLogger(__name__)
 
 Method = TypeVar("Method", bound=Callable[..., object])

@@ -164,8 +164,9 @@ class _Snapshot:
 
     What is copied is what the records depend on: the ServiceImports and the slices of each service
     (references: the store's objects are frozen; the store's own dicts are copied, about 60 ms at
-    50,000 imports, with the collector paused), the exposed namespaces, the local cluster, and the
-    apex records (the SOA with the serial). They are the same in every served zone but for the zone's
+    50,000 imports, with the collector paused), the exposed namespaces, the local cluster, the
+    apex records (the SOA with the serial) and, with --dns-sd, the browsing names' records (their
+    tuples, which a change replaces rather than edits: `DnsSd.snapshot`). They are the same in every served zone but for the zone's
     own labels, which the packer adds. Later changes of the table do not reach it, so every
     record a transfer sends is of the serial its SOA names. As a `ZoneView` it answers for itself.
     """
@@ -181,6 +182,7 @@ class _Snapshot:
         self.local = table.local
         self.soa = soa_record(table)
         self.apex = list(apex_owned(table, table.config.ns_addresses))
+        self.browsing = table.dnssd.snapshot() if table.dnssd is not None else []  # --dns-sd
 
     def namespace_exposed(self, namespace: str) -> bool:
         return namespace in self.namespaces
@@ -199,6 +201,8 @@ class _Snapshot:
         for namespace, name in sorted(self.imports):
             if namespace in self.namespaces:
                 yield from owned_records(self.service(namespace, name), self, table.ttl, ns_addresses)
+        for part in self.browsing:
+            yield from part
         yield self.soa
 
 
@@ -297,7 +301,7 @@ class _Packer:
                 text = data.encode()  # type: ignore[attr-defined]
                 rdata = b"".join(bytes([len(text[i : i + 255])]) + text[i : i + 255]
                                  for i in range(0, max(len(text), 1), 255))
-            elif rtype == vocab.NS:
+            elif rtype == vocab.NS or rtype == vocab.PTR:  # a PTR of DNS-SD browsing (--dns-sd)
                 rdata = self._name(_flat(data), at)  # type: ignore[arg-type]
             elif rtype == vocab.SOA:
                 serial, minimum = data  # type: ignore[misc]

@@ -62,6 +62,11 @@ class Record(NamedTuple):
     data: object
 
 
+Owned = tuple[tuple[str, ...], Record]
+"""A record with its owner's labels, in no zone yet: what a zone transfer, the IXFR journal and
+`mcsdns zone` write into the zone they serve (zonefile.owned_records, dnssd.DnsSd.snapshot)."""
+
+
 class Answer(NamedTuple):
     """What the server says: rcode, records, and whether the zone SOA goes in authority."""
 

@@ -6,7 +6,8 @@ read into a `Store` (from manifests, or one list of the Kubernetes API), a
 with per-endpoint names included. Each positive answer becomes the records of
 its name, so a zone file server loaded with the output (Knot, NSD, BIND) gives
 the same A, AAAA, SRV and TXT answers as mcsdns for every name it prints
-(tests/test_zonefile.py checks that against knotd). Uses: diffing what two
+(tests/test_zonefile.py checks that against knotd), and with `--dns-sd` the
+browsing names' PTR, SRV and TXT (dnssd.py). Uses: diffing what two
 servers or two manifest sets serve, and feeding a static server in benchmarks.
 
 What a static zone cannot say (the answers that exist only as CoreDNS's
@@ -30,7 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
-from dnslib import AAAA, NS, QTYPE, RR, SOA, SRV, TXT, A, DNSLabel
+from dnslib import AAAA, NS, PTR, QTYPE, RR, SOA, SRV, TXT, A, DNSLabel
 from prometheus_client import CollectorRegistry
 
 from . import compile as zone
@@ -42,7 +43,7 @@ from .table import Table, TableConfig
 from .wire import SOA_EXPIRE, SOA_REFRESH, SOA_RETRY
 
 
-Owned = tuple[tuple[str, ...], vocab.Record]  # a record with its owner's labels, in no zone yet
+Owned = vocab.Owned  # a record with its owner's labels, in no zone yet
 
 
 class ZoneSourceError(RuntimeError):
@@ -59,7 +60,7 @@ def _name(labels: tuple[str, ...], origin: tuple[str, ...]) -> DNSLabel:
     return DNSLabel([p.encode() for p in parts])
 
 
-def _rdata(rec: vocab.Record, origin: tuple[str, ...]) -> A | AAAA | SRV | TXT | NS:
+def _rdata(rec: vocab.Record, origin: tuple[str, ...]) -> A | AAAA | SRV | TXT | NS | PTR:
     if rec.rtype == vocab.A:
         return A(rec.data)
     if rec.rtype == vocab.AAAA:
@@ -71,11 +72,14 @@ def _rdata(rec: vocab.Record, origin: tuple[str, ...]) -> A | AAAA | SRV | TXT |
         return TXT(rec.data)
     if rec.rtype == vocab.NS:
         return NS(_name(rec.data, origin))
+    if rec.rtype == vocab.PTR and isinstance(rec.data, tuple):  # DNS-SD browsing (a reverse zone's is Absolute)
+        return PTR(_name(rec.data, origin))
     raise ValueError(f"no zone file form for record type {rec.rtype}")
 
 
 def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) -> Iterator[RR]:
-    """Every record of `zone_name`: SOA, apex NS and its addresses, dns-version, then each service's."""
+    """Every record of `zone_name`: SOA, apex NS and its addresses, dns-version, each service's, then
+    (--dns-sd) the DNS-SD browsing names'."""
     origin = tuple(zone_name.lower().rstrip(".").split("."))
     yield from apex_records(table, origin, ns_addresses)
     for key in sorted(table.store.imports):
@@ -83,6 +87,10 @@ def zone_records(table: Table, zone_name: str, ns_addresses: tuple[str, ...]) ->
         if svc is None or not table.namespace_exposed(key[0]):
             continue
         yield from service_records(svc, table, origin, table.ttl, ns_addresses)
+    if table.dnssd is not None:
+        browsing = [owned for part in table.dnssd.snapshot() for owned in part]
+        for owner, rec in sorted(browsing, key=lambda o: (o[0], o[1].rtype, repr(o[1].data))):
+            yield as_rr(owner, rec, origin)
 
 
 def apex_records(table: Table, origin: tuple[str, ...], ns_addresses: tuple[str, ...]) -> Iterator[RR]:
@@ -186,13 +194,18 @@ def run(config: Config, out: TextIO, timeout: float = 30.0) -> int:
     ns_addresses = advertised_addresses(config)
     table = Table(TableConfig((name,), config.ttl, config.namespaces, ns_addresses,
                               ips_from_slices=config.ips_from_slices), store)
+    if config.dns_sd:
+        from .dnssd import DnsSd
+
+        table.dnssd = DnsSd(table)
+        table.dnssd.full()
     return write_zone(out, table, name, ns_addresses, config.describe_source())
 
 
 # The source and zone flags of `serve`, declared there; the help says what differs for a one-off print.
 ZONE_OPTIONS = options.subset(
     ("--manifests", "--kubeconfig", "--context", "--labels", "--ttl", "--namespaces", "--ns-address",
-     "--ips-from-slices"),
+     "--ips-from-slices", "--dns-sd"),
     {"--manifests": "file or directory of manifests (repeatable); default: the bundled example",
      "--kubeconfig": "list the cluster of this kubeconfig once instead",
      "--ns-address": "address(es) of ns.dns.<zone> (default: POD_IP(S), else 127.0.0.1)"},

@@ -22,7 +22,7 @@ import dns.rrset
 import dns.xfr
 import dns.zone
 
-from test_transfer import EXAMPLE, ZONE, big_manifests, contents, ixfr, tcp_messages, transferred
+from test_transfer import EXAMPLE, ZONE, big_manifests, contents, ixfr, printed_zone, tcp_messages, transferred
 from testsupport.churn import Churn
 from testsupport.serverproc import ROOT, Server, eventually
 
@@ -244,3 +244,39 @@ def test_each_served_zone_gets_its_own_names_in_the_ixfr(tmp_path: Path) -> None
                 assert contents(copy) == contents(whole(origin)) and copy.get_soa().serial == serial(server), origin
         _, metrics = server.http("/metrics")
     assert 'mcsdns_transfers_total{result="ixfr",type="ixfr"} 8.0' in metrics, metrics
+
+
+def browsing(zone: dns.zone.Zone) -> set[tuple[str, str, int, str]]:
+    """The DNS-SD records of a zone's contents (names with an underscore label, or the browse list)."""
+    return {r for r in contents(zone) if "._" in r[0] or r[0].startswith("_") or r[0].startswith("b._dns-sd")}
+
+
+def test_with_dns_sd_transfers_hold_the_browsing_names_and_ixfr_follows_them(tmp_path: Path) -> None:
+    """--dns-sd adds names to the zone (dnssd.py): a transfer holds them as `mcsdns zone --dns-sd` prints them,
+    and each change's IXFR carries the browsing records it changed (an instance and its PTR appear with a
+    service offering `_http._tcp`, go with it), so a copy kept by IXFR alone lists what mcsdns lists."""
+    churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
+    with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+                "--dns-sd") as server:
+        copy = transferred(server.dns_port)
+        assert contents(copy) == contents(printed_zone(churn.path, "--dns-sd"))
+        assert (f"b._dns-sd._udp.{ZONE}", "PTR", 5, f"demo.svc.{ZONE}") in contents(copy)
+        assert (f"web._http._tcp.demo.svc.{ZONE}", "SRV", 5, f"0 0 80 web.demo.svc.{ZONE}") in contents(copy)
+        seen = set()
+        for _ in range(8):
+            name = change(server, churn)
+            before = copy.get_soa().serial
+            records, size = ixfr_reply(server.dns_port, before)
+            assert records[1].rdtype == dns.rdatatype.SOA and records[1][0].serial == before, records[:3]
+            apply_ixfr(server.dns_port, copy)
+            assert contents(copy) == contents(transferred(server.dns_port)), name
+            listed = {rd.target.to_text() for rrset in server.query(f"_http._tcp.demo.svc.{ZONE}", "PTR").answer
+                      for rd in rrset}
+            held = {r[3] for r in browsing(copy) if r[0] == f"_http._tcp.demo.svc.{ZONE}" and r[1] == "PTR"}
+            assert held == listed, (name, held, listed)
+            service = name.split(".")[0]
+            assert (f"{service}._http._tcp.demo.svc.{ZONE}" in listed) == (server.query(name, "A").rcode() == 0), name
+            seen.add(frozenset(listed))
+            print(f"IXFR for {name}: {size} bytes, {len(records)} records")
+            assert size < 1024, (name, size)
+    assert len(seen) >= 4, seen  # the instance list really changed along the way

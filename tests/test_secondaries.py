@@ -325,3 +325,39 @@ def test_secondary_follows_changes_made_through_the_api(kind: str, testbed, fres
             assert proc.returncode == 0, proc.stderr
             asked, _ = questions(proc.stdout)
             answers_alike(server.dns_port, secondary.port, asked)
+
+
+@pytest.mark.parametrize("kind", ["bind", "knot"])
+def test_with_dns_sd_a_secondary_answers_and_follows_the_browsing_names(kind: str, tmp_path: Path) -> None:
+    """--dns-sd names are records of the zone (dnssd.py): a secondary that loaded the zone answers every
+    browsing name for PTR, SRV, TXT, A and AAAA as mcsdns does, and after each change (by NOTIFY and IXFR)
+    lists the same instances of `_http._tcp` in namespace demo."""
+    churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
+    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--dns-sd",
+                    *transfer_flags(kind, tmp_path / "key"))
+    secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
+    server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
+    kinds = f"_http._tcp.demo.svc.{ZONE}"
+
+    def instances(port: int) -> set[str]:
+        return {rd.target.to_text() for rrset in ask(port, kinds, "PTR").answer for rd in rrset}
+
+    with server, secondary:
+        asked, _ = questions(print_zone(churn.path, "--dns-sd"), ("A", "AAAA", "SRV", "TXT", "PTR"))
+        names = {q[0] for q in asked if not q[2]}
+        assert {f"b._dns-sd._udp.{ZONE}", f"_services._dns-sd._udp.demo.svc.{ZONE}", kinds,
+                f"web._http._tcp.demo.svc.{ZONE}", f"db._postgres._tcp.demo.svc.{ZONE}"} <= names, names
+        answers_alike(server.dns_port, secondary.port, asked, kind)
+        for step in range(4):
+            name, expected = churn.step()
+            server.signal(signal.SIGHUP)
+            eventually(lambda: a_set(server.dns_port, name) == expected, timeout=10, what=f"mcsdns: {name}")
+            current = ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
+            eventually(lambda: secondary.serial() == current, timeout=10,
+                       what=lambda: f"{kind} following {name}: {secondary.log()[-2000:]}")
+            assert instances(secondary.port) == instances(server.dns_port), name
+            assert (f"{name.split('.')[0]}._http._tcp.demo.svc.{ZONE}" in instances(secondary.port)) == (expected is not None)
+        asked, _ = questions(print_zone(churn.path, "--dns-sd"), ("A", "AAAA", "SRV", "TXT", "PTR"))
+        answers_alike(server.dns_port, secondary.port, asked, kind)
+        _, metrics = server.http("/metrics")
+    assert "mcsdns_ixfr_fallbacks_total{" not in metrics, metrics

@@ -63,9 +63,9 @@ def big_manifests(tmp: Path, services: int = 600) -> Path:
     return path
 
 
-def printed_zone(manifests: Path) -> dns.zone.Zone:
+def printed_zone(manifests: Path, *extra: str) -> dns.zone.Zone:
     proc = subprocess.run([sys.executable, "-m", "mcsdns", "zone", "--manifests", str(manifests), "--ns-address",
-                           "127.0.0.1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           "127.0.0.1", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return dns.zone.from_text(proc.stdout, origin=ZONE, relativize=False)
 
@@ -281,6 +281,19 @@ def test_address_outside_the_list_is_refused() -> None:
         assert server.query(f"web.demo.svc.{ZONE}", "A", tcp=True).answer  # queries as before
         _, metrics = server.http("/metrics")
     assert 'mcsdns_transfers_total{result="refused",type="axfr"} 1.0' in metrics
+
+
+def test_a_reverse_zone_does_not_transfer() -> None:
+    """--reverse-cidr zones answer PTR queries, but only a forward zone's apex transfers (docs/transfers.md):
+    AXFR and IXFR of the reverse zone are NOTAUTH, the forward zone still transfers."""
+    with Server("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+                "--reverse-cidr", "10.96.0.0/16") as server:
+        assert server.query("10.10.96.10.in-addr.arpa.", "PTR").answer  # the reverse zone is served
+        for qtype in ("AXFR", "IXFR"):
+            query = ixfr(1, name="96.10.in-addr.arpa.") if qtype == "IXFR" else make("96.10.in-addr.arpa.", "AXFR")
+            reply = ask_tcp(server.dns_port, query)
+            assert reply.rcode() == dns.rcode.NOTAUTH and not reply.answer, (qtype, reply)
+        assert len(contents(transferred(server.dns_port))) > 20
 
 
 # --------------------------------------------------------------------------- IXFR, UDP, malformed
