@@ -59,6 +59,19 @@ def parse_hostport(text: str, default_port: int = 53) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def _address_or_hostname(host: str) -> bool:
+    """An IP address, or a DNS host name (RFC 1123 labels, a trailing dot allowed) a resolver can look up."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    return len(host) <= 254 and all(
+        0 < len(label) < 64 and label[0] != "-" and label[-1] != "-"
+        and all(c.isascii() and (c.isalnum() or c in "-_") for c in label) for label in labels)
+
+
 def hostport_text(host: str, port: int) -> str:
     """(host, port) as `HOST:PORT` or `[V6]:PORT` (Go's net.JoinHostPort, as CoreDNS labels and logs them)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -240,6 +253,9 @@ class Config:
             raise ConfigError(f"--ixfr-journal-age must be in range (0, 7d] seconds: {self.ixfr_journal_age}")
         if self.notify and not self.transfer_to:
             raise ConfigError("--notify needs --transfer-to (the secondaries must be allowed to transfer)")
+        for host, port in self.notify:
+            if not _address_or_hostname(host):
+                raise ConfigError(f"--notify {hostport_text(host, port)}: {host!r} is neither an IP address nor a host name")
         if self.tsig_key_file is not None:
             from .tsigkey import KeyFileError, load_key  # (dnspython's TSIG: loaded only when a key is given)
 

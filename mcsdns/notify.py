@@ -10,11 +10,18 @@ secondary that refuses us will refuse again). A newer change cancels the retries
 older one: only the newest serial is worth announcing. Rounds start at most every
 MIN_INTERVAL, so a storm of changes costs each target at most 1/MIN_INTERVAL NOTIFY a second,
 and their sockets nothing on the query path (each NOTIFY has its own socket, its own task).
+
+A target named by a host name rather than an address is resolved at every round, off the event
+loop (`loop.getaddrinfo`, bounded by RESOLVE_TIMEOUT), and every address it has then is sent the
+NOTIFY: a headless Service over per-node secondaries (a Knot DaemonSet) names all of them, as its
+pods come and go. A name that does not resolve is counted (`unresolved`), logged, and tried again
+at the next round; queries are never held up by the lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import random
 import socket
@@ -28,6 +35,7 @@ import dns.rcode
 import dns.tsig
 
 from . import vocab
+from .config import hostport_text
 from .transfer import Transfers, sign_request
 
 log = logging.getLogger(__name__)
@@ -36,6 +44,10 @@ WINDOW = 0.05  # seconds a change waits for more before the NOTIFY goes out
 MIN_INTERVAL = 0.25  # seconds between two rounds of NOTIFY
 RETRIES = (1.0, 2.0, 4.0, 8.0, 16.0)  # waits for an answer before each retry; then failed
 OPCODE_NOTIFY = 4
+RESOLVE_TIMEOUT = 5.0  # seconds a target's host name may take to resolve before the round skips it
+MAX_ADDRESSES = 256  # addresses of one target's name sent a NOTIFY per round (a node per address)
+
+Address = tuple[int, tuple]  # (socket family, socket address)
 
 
 class Notifier:
@@ -77,16 +89,28 @@ class Notifier:
                     await self.caught_up()
                 for task in self._round:
                     task.cancel()  # an older serial: not worth announcing any more
-                self._round = [asyncio.create_task(self._notify(target, lname))
-                               for target in self.targets for lname in self.transfers.zones]
+                self._round = [asyncio.create_task(self._notify_target(target))
+                               for target in self.targets]
                 last_round = time.monotonic()
         finally:
             for task in self._round:
                 task.cancel()
 
-    async def _notify(self, target: tuple[str, int], lname: bytes) -> None:
+    async def _notify_target(self, target: tuple[str, int]) -> None:
+        """One round for one `--notify` target: its addresses now, each sent a NOTIFY per served zone."""
         host, port = target
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            addresses = await resolve(host, port)
+        except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
+            self._count("unresolved")
+            log.warning("NOTIFY to %s: %s does not resolve (%s); trying again at the next change",
+                        hostport_text(host, port), host, exc or "timed out")
+            return
+        await asyncio.gather(*(self._notify(family, address, lname)
+                               for family, address in addresses for lname in self.transfers.zones))
+
+    async def _notify(self, family: int, address: tuple, lname: bytes) -> None:
+        host, port = address[0], address[1]
         message = bytearray(self.transfers.soa_message(lname))
         qid = random.getrandbits(16)
         struct.pack_into(">HH", message, 0, qid, (OPCODE_NOTIFY << 11) | 0x0400)  # opcode NOTIFY, AA
@@ -101,7 +125,7 @@ class Notifier:
                 if key is not None:
                     wire, mac = sign_request(bytes(message), key)  # signed anew: the time must be fresh
                 try:
-                    await loop.sock_sendto(sock, wire, (host, port))
+                    await loop.sock_sendto(sock, wire, address)
                 except OSError as exc:
                     log.debug("NOTIFY to %s:%d: %s", host, port, exc)
                     await asyncio.sleep(wait)
@@ -144,3 +168,26 @@ class Notifier:
     def _count(self, result: str) -> None:
         if self.on_result is not None:
             self.on_result(result)
+
+
+async def resolve(host: str, port: int) -> list[Address]:
+    """The addresses to NOTIFY for `host`: itself if it is an address; else every address its name has
+    now (A and AAAA, each once, in the resolver's order, at most MAX_ADDRESSES), looked up in the
+    loop's executor so the event loop keeps answering. OSError (socket.gaierror) or TimeoutError when
+    the name does not resolve in RESOLVE_TIMEOUT."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, (host, port))]
+    loop = asyncio.get_running_loop()
+    infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM, proto=socket.IPPROTO_UDP),
+                                   RESOLVE_TIMEOUT)
+    out: dict[tuple, int] = {}
+    for family, _type, _proto, _name, address in infos:
+        if family in (socket.AF_INET, socket.AF_INET6):
+            out.setdefault(address, family)
+    if not out:
+        raise OSError(f"no IPv4 or IPv6 address for {host}")
+    return [(family, address) for address, family in list(out.items())[:MAX_ADDRESSES]]

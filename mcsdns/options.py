@@ -238,9 +238,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "--notify", "notify", DNS, metavar="HOST:PORT", parse=hostport(53), repeatable=True,
         help="send this secondary a NOTIFY (RFC 1996) after every change, so it transfers the zone at once "
         "(repeatable; coalesced over 50 ms, at most 4 rounds a second, retried 5 times; signed with the TSIG key). "
-        "Needs --transfer-to",
-        doc="secondary sent NOTIFY after every change (repeatable; coalesced, retried, rate-capped); needs "
-        "`--transfer-to`", shown_default="none"),
+        "A host name is resolved at every change and each of its addresses notified (a headless Service over "
+        "per-node secondaries). Needs --transfer-to",
+        doc="secondary sent NOTIFY after every change (repeatable; coalesced, retried, rate-capped; a host name: "
+        "each of its addresses, resolved at every change); needs `--transfer-to`", shown_default="none"),
     Option(
         "--ixfr-journal-bytes", "ixfr_journal_bytes", DNS, metavar="BYTES", parse=integer,
         help="keep the records of the last changes, up to this many bytes (wire size), so a secondary that holds "

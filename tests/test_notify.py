@@ -21,7 +21,7 @@ import dns.opcode
 import dns.rdatatype
 import dns.tsig
 
-from testsupport.serverproc import ROOT, Server, eventually
+from testsupport.serverproc import ROOT, Server, eventually, mcsdns_command
 
 ZONE = "clusterset.local."
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
@@ -114,3 +114,73 @@ def test_a_burst_of_changes_is_coalesced(tmp_path: Path) -> None:
     serials = [m.answer[0][0].serial for _, m in seen]
     assert serials == sorted(serials), serials  # newer serials only
     assert 'mcsdns_notify_total{result="acknowledged"}' in metrics, metrics
+
+
+def listeners_on_one_port(hosts: list[str]) -> list[socket.socket]:
+    """A UDP socket on each of `hosts`, all on one port (picked by the kernel for the first)."""
+    for _ in range(20):
+        socks: list[socket.socket] = []
+        try:
+            for host in hosts:
+                sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(sock)
+                sock.bind((host, socks[0].getsockname()[1] if len(socks) > 1 else 0))
+            return socks
+        except OSError:
+            for sock in socks:
+                sock.close()
+    raise AssertionError("no port free on every address")
+
+
+def test_a_host_name_is_resolved_at_each_change_and_every_address_notified(tmp_path: Path) -> None:
+    """`--notify NAME:PORT` (a headless Service over per-node secondaries, say): at each change the name is
+    looked up again and each address it has then gets the NOTIFY. The server runs in a mount namespace of
+    its own whose /etc/hosts gives `secondaries.test` three addresses, then two; a second target that does
+    not resolve is counted `unresolved` and logged, and costs the others nothing."""
+    hosts = tmp_path / "hosts"
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")  # nothing else resolves, at once
+
+    def names(addresses: list[str]) -> None:
+        hosts.write_text("127.0.0.1 localhost\n" + "".join(f"{a} secondaries.test\n" for a in addresses))
+
+    addresses = ["127.0.0.2", "127.0.0.3", "::1"]
+    names(addresses)
+    socks = listeners_on_one_port(addresses)
+    port = socks[0].getsockname()[1]
+    manifests = tmp_path / "m.yaml"
+    manifests.write_text(EXAMPLE.read_text())
+    server = Server("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--notify", f"secondaries.test:{port}",
+                    "--notify", f"nowhere.invalid:{port}")
+    server.argv = ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf '
+                   '&& shift && exec "$@"', str(hosts), str(resolv),
+                   *mcsdns_command(server.dns_port, server.http_port, server.args)]
+
+    def round_of(step: int) -> dict[str, int]:
+        """Make change `step`; the serial each listener is sent, acknowledged (address -> serial)."""
+        change(manifests, server, step)
+        eventually(lambda: server.query(f"web.demo.svc.{ZONE}", "A").answer[0][0].address == f"10.96.10.{10 + step}")
+        serial = serial_of(server)
+        got: dict[str, int] = {}
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            for address, sock in zip(addresses, socks):
+                for _, message, peer, _ in receive(sock, time.monotonic() + 0.05):
+                    sock.sendto(dns.message.make_response(message).to_wire(), peer)
+                    if message.answer[0][0].serial == serial:
+                        got[address] = serial
+        return {a: s for a, s in got.items() if s == serial}
+
+    with server:
+        try:
+            assert set(round_of(1)) == {"127.0.0.2", "127.0.0.3", "::1"}
+            names(["127.0.0.2", "::1"])  # a node went away: its address is no longer the name's
+            assert set(round_of(2)) == {"127.0.0.2", "::1"}
+            _, metrics = server.http("/metrics")
+        finally:
+            for sock in socks:
+                sock.close()
+    assert "nowhere.invalid:%d: nowhere.invalid does not resolve" % port in server.log(), server.log()[-2000:]
+    unresolved = float(metrics.split('mcsdns_notify_total{result="unresolved"} ')[1].split()[0])
+    acknowledged = float(metrics.split('mcsdns_notify_total{result="acknowledged"} ')[1].split()[0])
+    assert unresolved >= 2 and acknowledged >= 5, metrics

@@ -147,6 +147,8 @@ def test_off_by_default_every_transfer_is_refused() -> None:
     (("--transfer-to", "127.0.0.1", "--tsig-key-file", "/nonexistent/key"), "--tsig-key-file /nonexistent/key:"),
     (("--transfer-to", "127.0.0.1", "--tsig-key-file", "BADALG"), "algorithm 'hmac-md4' is not one of"),
     (("--transfer-to", "127.0.0.1", "--tsig-key-file", "SHORT"), "the secret is 4 bytes; use at least 16"),
+    (("--transfer-to", "127.0.0.1", "--notify", "knot secondary:53"), "'knot secondary' is neither an IP address nor a host name"),
+    (("--transfer-to", "127.0.0.1", "--notify=-knot.example:53"), "is neither an IP address nor a host name"),
 ])
 def test_bad_transfer_flags_exit_2(flags: tuple[str, ...], message: str, tmp_path: Path) -> None:
     files = {"KEY": f"k:hmac-sha256:{SECRET}", "BADALG": f"k:hmac-md4:{SECRET}", "SHORT": "k:hmac-sha256:AAAAAA=="}
