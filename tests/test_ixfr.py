@@ -21,6 +21,7 @@ import dns.rdatatype
 import dns.rrset
 import dns.xfr
 import dns.zone
+import pytest
 
 from test_transfer import EXAMPLE, ZONE, big_manifests, contents, ixfr, printed_zone, tcp_messages, transferred
 from testsupport.churn import Churn
@@ -251,13 +252,15 @@ def browsing(zone: dns.zone.Zone) -> set[tuple[str, str, int, str]]:
     return {r for r in contents(zone) if "._" in r[0] or r[0].startswith("_") or r[0].startswith("b._dns-sd")}
 
 
-def test_with_dns_sd_transfers_hold_the_browsing_names_and_ixfr_follows_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_with_dns_sd_transfers_hold_the_browsing_names_and_ixfr_follows_them(workers: int, tmp_path: Path) -> None:
     """--dns-sd adds names to the zone (dnssd.py): a transfer holds them as `mcsdns zone --dns-sd` prints them,
     and each change's IXFR carries the browsing records it changed (an instance and its PTR appear with a
-    service offering `_http._tcp`, go with it), so a copy kept by IXFR alone lists what mcsdns lists."""
+    service offering `_http._tcp`, go with it), so a copy kept by IXFR alone lists what mcsdns lists. With
+    --workers 2 each worker's journal takes the same browsing records from the supervisor's changes."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
     with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
-                "--dns-sd") as server:
+                "--dns-sd", "--workers", str(workers)) as server:
         copy = transferred(server.dns_port)
         assert contents(copy) == contents(printed_zone(churn.path, "--dns-sd"))
         assert (f"b._dns-sd._udp.{ZONE}", "PTR", 5, f"demo.svc.{ZONE}") in contents(copy)
