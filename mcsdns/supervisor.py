@@ -38,7 +38,8 @@ what such a thread was half-way through changing stays half changed. That is
 safe here because the worker never uses what the watch threads use: the
 threads only read their HTTP connections (the child points those descriptors
 at /dev/null and never calls the source, its connection pool or TLS), hand
-events to the supervisor's loop (which the child never runs: it starts its own),
+events to the supervisor's loop (which the child never runs: it starts its own, and with it its
+own executor: the supervisor's, whose threads look up `--notify` host names, is never used there),
 and the store, the table and every metric are written by the loop thread alone,
 which is the thread that forks, between two callbacks. Two shared things
 remain, both handled at the fork: the logging module's and handlers' locks
