@@ -13,8 +13,10 @@ reinstall with Helm, roll): each step is what a user does next.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
+import os
 import re
 import socket
 import subprocess
@@ -33,6 +35,7 @@ from testsupport.cluster import (
     KUBELET_HEALTHZ_PORT,
     MCSDNS_IMAGE as IMAGE,
     NODE_LOCAL_DNS_IP,
+    POD_CIDR,
     Cluster,
     ClusterError,
     client_sh,
@@ -560,3 +563,68 @@ def test_node_local_dns_as_a_secondary_holds_the_zone_and_follows_a_change(clust
     cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.13"])))
     wait_for(lambda: pod_dig(web) == ["10.245.0.13"], 30, "a change after the move", 0.2)
     assert f"Notify from {new_ip} for {ZONE}.: checking transfer" in node_local_log()
+
+
+def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_name(
+        cluster: Cluster, client: str, imports: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """deploy/examples/knot-secondary.yaml as its header says: mcsdns with the transfers component (the
+    TSIG Secret) and the flags it names, the NOTIFY target being the Knot pods' headless Service by name;
+    Knot (a DaemonSet, the key read from the same Secret) loads the zone signed from one mcsdns pod, a
+    client pod asks the node-local Service and gets what mcsdns answers, and a changed ServiceImport
+    reaches it by a signed NOTIFY (sent to the address mcsdns looked the name up to) and an IXFR."""
+    secret = "xfr-key:hmac-sha256:" + base64.b64encode(bytes(range(200, 232))).decode()
+    cluster.kubectl("create", "namespace", NS, check=False)  # (there already, unless this test runs alone)
+    kubectl(cluster, "-n", NS, "delete", "secret", "mcsdns-tsig", "--ignore-not-found")
+    kubectl(cluster, "-n", NS, "create", "secret", "generic", "mcsdns-tsig", f"--from-literal=tsig.key={secret}")
+    example = (ROOT / "deploy" / "examples" / "knot-secondary.yaml").read_text()
+    flag_lines = [line.strip("# ").strip() for line in example.splitlines() if line.startswith("#        --")]
+    assert flag_lines == ["--transfer-to=<your pod CIDR>", f"--notify=knot-secondary.{NS}.svc.{CLUSTER_DOMAIN}.:5353"]
+    overlay = kustomize_overlay(tmp_path_factory.mktemp("overlay-knot"))
+    (overlay / "mcsdns.flags").write_text((ROOT / "deploy" / "base" / "mcsdns.flags").read_text() + "\n"
+                                          + "\n".join(flag_lines).replace("<your pod CIDR>", POD_CIDR) + "\n")
+    kustomization = json.loads((overlay / "kustomization.yaml").read_text())
+    kustomization["components"] = [os.path.relpath(ROOT / "deploy" / "components" / "transfers", overlay)]
+    kustomization["configMapGenerator"] = [{"name": "mcsdns-flags", "namespace": NS, "behavior": "replace",
+                                            "files": ["flags=mcsdns.flags"]}]
+    (overlay / "kustomization.yaml").write_text(json.dumps(kustomization))
+    kubectl(cluster, "apply", "-k", str(overlay))
+    rollout(cluster, NS)
+    wait_for(lambda: len([p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")]) == 2, 120,
+             "the old mcsdns pods gone")
+    primary = next(p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp"))
+    pod_ip = primary["status"]["podIP"]
+    manifest = example.replace("MCSDNS_POD_IP", pod_ip).replace("image: cznic/knot:3.3", "image: localhost/knot:dev")
+    kubectl(cluster, "apply", "-f", "-", input=manifest)
+    rollout_status = cluster.kubectl("-n", NS, "rollout", "status", "daemonset/knot-secondary", "--timeout=180s",
+                                     timeout=200, check=False)
+    if rollout_status.returncode != 0:
+        selector = "app.kubernetes.io/name=knot-secondary"
+        described = cluster.kubectl("-n", NS, "describe", "pods", "-l", selector, check=False).stdout
+        logs = cluster.kubectl("-n", NS, "logs", "-l", selector, "--tail=50", "--previous", check=False)
+        raise AssertionError(f"the Knot DaemonSet is not ready:\n{described}\n{logs.stdout}{logs.stderr}")
+
+    def knot_log() -> str:
+        return kubectl(cluster, "-n", NS, "logs", "daemonset/knot-secondary")
+
+    wait_for(lambda: f"AXFR, incoming, remote {pod_ip}@5353, finished" in knot_log(), 60, "Knot's signed AXFR")
+    local = service_ip(cluster, NS, "knot-secondary-local")
+    web, db = f"web.{DEMO}.svc.{ZONE}", f"db.{DEMO}.svc.{ZONE}"
+    direct = f"@{service_ip(cluster, NS)}"
+    for args in ((web,), (db,), (f"db-0.c1.{db}",), ("SRV", f"_http._tcp.{web}"), ("AAAA", web)):
+        assert sorted(dig(cluster, "+short", f"@{local}", *args).split()) == sorted(
+            dig(cluster, "+short", direct, *args).split()), args
+    nx = dig(cluster, "+noall", "+comments", f"@{local}", f"nope.{DEMO}.svc.{ZONE}")
+    assert "status: NXDOMAIN" in nx and "flags: qr aa" in nx, nx
+
+    cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.14"])))
+    started = time.monotonic()
+    wait_for(lambda: dig(cluster, "+short", f"@{local}", web).split() == ["10.245.0.14"], 30,
+             "the change through the Knot secondary", 0.2)
+    print(f"Knot answered the change {time.monotonic() - started:.2f} s after it was applied")
+    log = knot_log()
+    assert re.search(rf"notify, incoming, remote {re.escape(pod_ip)}@\d+, serial \d+", log), log
+    assert f"IXFR, incoming, remote {pod_ip}@5353" in log and "AXFR-style" not in log, log
+    metrics = kubectl(cluster, "-n", NS, "exec", primary["metadata"]["name"], "--", "python", "-c",
+                      "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9153/metrics').read().decode())")
+    acknowledged = re.search(r'mcsdns_notify_total\{result="acknowledged"\} (\S+)', metrics)
+    assert acknowledged and float(acknowledged.group(1)) >= 1, metrics

@@ -455,11 +455,12 @@ def test_pod_disruption_budget(base: dict) -> None:
 
 
 @pytest.mark.kube
-def test_examples_pass_server_side_validation(kubectl: Kubectl) -> None:
-    """Dry run only: applied for real they would replace kube-system's CoreDNS ConfigMaps."""
+def test_examples_pass_server_side_validation(kubectl: Kubectl, base: dict) -> None:
+    """Dry run only: applied for real they would replace kube-system's CoreDNS ConfigMaps. `base`: the
+    mcsdns namespace exists (knot-secondary.yaml goes there, under its restricted PodSecurity level)."""
     files = sorted(EXAMPLES.glob("*.yaml"))
     assert {f.name for f in files} >= {"coredns-stub-zone.yaml", "nodelocaldns-stub-zone.yaml",
-                                       "coredns-multicluster.yaml"}
+                                       "coredns-multicluster.yaml", "knot-secondary.yaml"}
     for path in files:
         proc = kubectl("apply", "--server-side", "--dry-run=server", "-f", path)
         assert_no_warnings(proc)

@@ -57,7 +57,7 @@ CGROUP_ROOT = "mcsdns-cluster"  # the kubelet's cgroupRoot, in every v1 hierarch
 # Fixed node ports (the kubelet's are fixed in a real cluster too); `up` checks them first.
 KUBELET_PORT, KUBELET_HEALTHZ_PORT = 10250, 10248
 PROXY_HEALTHZ_PORT, PROXY_METRICS_PORT = 10256, 10249
-IMAGES = ("pause", "coredns", "dnsutils", "mcsdns")
+IMAGES = ("pause", "coredns", "dnsutils", "knot", "mcsdns")
 CNI_BIN = Path("/usr/lib/cni")
 NETNS_DIR = Path("/var/run/netns").resolve()  # /run/netns: the path mountinfo shows
 KUBELET_FIXED_DIR = Path("/var/lib/kubelet")

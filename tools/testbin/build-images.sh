@@ -5,6 +5,7 @@
 #   localhost/pause:dev      the sandbox image, from build-node.sh's static pause
 #   localhost/coredns:dev    the cluster DNS, from build.sh's CoreDNS binary
 #   localhost/dnsutils:dev   a client pod with dig and kdig (Debian bookworm)
+#   localhost/knot:dev       knotd (Debian bookworm's knot), for deploy/examples/knot-secondary.yaml
 #   localhost/mcsdns:dev     the project's own Containerfile, with BASE set to a
 #                            Debian bookworm + python3 made here by mmdebstrap in
 #                            place of the unreachable python:3.12-slim
@@ -73,6 +74,7 @@ debian() {  # debian NAME PACKAGES CMD: a minbase Debian with PACKAGES, committe
 from_binary pause
 from_binary coredns
 debian dnsutils "bind9-dnsutils,knot-dnsutils" "sleep infinity"
+debian knot "knot" "knotd"
 debian mcsdns-base "python3,python3-venv,python-is-python3,passwd" "python"
 
 # The project's own Containerfile on that base; rebuilt when it or the package changes.
