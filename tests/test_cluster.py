@@ -492,6 +492,24 @@ def test_node_local_dns_cache_needs_the_documented_block_and_resolves_with_it(cl
     assert via["verdict"] == "same", via
 
 
+def redeploy_with_flags(cl: Cluster, directory: Path, flag_lines: list[str], components: tuple[str, ...] = ()) -> dict:
+    """mcsdns again from deploy/, its flags file the base's plus `flag_lines` (and deploy/components/`components`),
+    as an overlay would; returns one of the two new pods once the old ones are gone."""
+    overlay = kustomize_overlay(directory)
+    (overlay / "mcsdns.flags").write_text((ROOT / "deploy" / "base" / "mcsdns.flags").read_text() + "\n"
+                                          + "\n".join(line.strip() for line in flag_lines) + "\n")
+    kustomization = json.loads((overlay / "kustomization.yaml").read_text())
+    kustomization["components"] = [os.path.relpath(ROOT / "deploy" / "components" / c, overlay) for c in components]
+    kustomization["configMapGenerator"] = [{"name": "mcsdns-flags", "namespace": NS, "behavior": "replace",
+                                            "files": ["flags=mcsdns.flags"]}]
+    (overlay / "kustomization.yaml").write_text(json.dumps(kustomization))
+    kubectl(cl, "apply", "-k", str(overlay))
+    rollout(cl, NS)
+    wait_for(lambda: len([p for p in pods(cl, NS) if not p["metadata"].get("deletionTimestamp")]) == 2, 120,
+             "the old mcsdns pods gone")
+    return next(p for p in pods(cl, NS) if not p["metadata"].get("deletionTimestamp"))
+
+
 def doc_blocks(heading: str) -> list[str]:
     """The fenced code blocks of docs/transfers.md's section `heading`, dedented, in order."""
     text = (ROOT / "docs" / "transfers.md").read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
@@ -506,18 +524,7 @@ def test_node_local_dns_as_a_secondary_holds_the_zone_and_follows_a_change(clust
     client pod resolves every name form from it, and a changed ServiceImport reaches that pod after a
     NOTIFY node-local-dns accepted (logged) and a new transfer, not by its 2-hour refresh."""
     flags_lines, block = doc_blocks("A per-node secondary: NodeLocal DNSCache holding the zone")
-    overlay = kustomize_overlay(tmp_path_factory.mktemp("overlay-transfers"))
-    flags = overlay / "mcsdns.flags"
-    flags.write_text((ROOT / "deploy" / "base" / "mcsdns.flags").read_text() + "\n" + flags_lines.strip() + "\n")
-    kustomization = json.loads((overlay / "kustomization.yaml").read_text())
-    kustomization["configMapGenerator"] = [{"name": "mcsdns-flags", "namespace": NS, "behavior": "replace",
-                                            "files": ["flags=mcsdns.flags"]}]
-    (overlay / "kustomization.yaml").write_text(json.dumps(kustomization))
-    kubectl(cluster, "apply", "-k", str(overlay))
-    rollout(cluster, NS)
-    wait_for(lambda: len([p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")]) == 2, 120,
-             "the old mcsdns pods gone")
-    pod = next(p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp"))
+    pod = redeploy_with_flags(cluster, tmp_path_factory.mktemp("overlay-transfers"), flags_lines.strip().splitlines())
     pod_ip = pod["status"]["podIP"]
     assert "--notify=169.254.20.10:53" in kubectl(cluster, "-n", NS, "exec", pod["metadata"]["name"], "--", "cat",
                                                   "/etc/mcsdns/flags")
@@ -579,19 +586,8 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
     example = (ROOT / "deploy" / "examples" / "knot-secondary.yaml").read_text()
     flag_lines = [line.strip("# ").strip() for line in example.splitlines() if line.startswith("#        --")]
     assert flag_lines == ["--transfer-to=<your pod CIDR>", f"--notify=knot-secondary.{NS}.svc.{CLUSTER_DOMAIN}.:5353"]
-    overlay = kustomize_overlay(tmp_path_factory.mktemp("overlay-knot"))
-    (overlay / "mcsdns.flags").write_text((ROOT / "deploy" / "base" / "mcsdns.flags").read_text() + "\n"
-                                          + "\n".join(flag_lines).replace("<your pod CIDR>", POD_CIDR) + "\n")
-    kustomization = json.loads((overlay / "kustomization.yaml").read_text())
-    kustomization["components"] = [os.path.relpath(ROOT / "deploy" / "components" / "transfers", overlay)]
-    kustomization["configMapGenerator"] = [{"name": "mcsdns-flags", "namespace": NS, "behavior": "replace",
-                                            "files": ["flags=mcsdns.flags"]}]
-    (overlay / "kustomization.yaml").write_text(json.dumps(kustomization))
-    kubectl(cluster, "apply", "-k", str(overlay))
-    rollout(cluster, NS)
-    wait_for(lambda: len([p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")]) == 2, 120,
-             "the old mcsdns pods gone")
-    primary = next(p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp"))
+    primary = redeploy_with_flags(cluster, tmp_path_factory.mktemp("overlay-knot"),
+                                  [line.replace("<your pod CIDR>", POD_CIDR) for line in flag_lines], ("transfers",))
     pod_ip = primary["status"]["podIP"]
     manifest = example.replace("MCSDNS_POD_IP", pod_ip).replace("image: cznic/knot:3.3", "image: localhost/knot:dev")
     kubectl(cluster, "apply", "-f", "-", input=manifest)

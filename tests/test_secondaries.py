@@ -117,6 +117,19 @@ def a_set(port: int, name: str) -> set[str] | None:
     return {rd.address for rrset in reply.answer for rd in rrset}
 
 
+def follow(server: Server, secondary, churn: Churn, kind: str) -> tuple[str, set[str] | None]:
+    """The churn's next change: mcsdns reloads and answers it, then the secondary reaches mcsdns's serial
+    (by NOTIFY: its SOA refresh is 2 h) and answers it too. Returns (name, its A set; None: NXDOMAIN)."""
+    name, expected = churn.step()
+    server.signal(signal.SIGHUP)
+    eventually(lambda: a_set(server.dns_port, name) == expected, timeout=10, what=f"mcsdns: {name}")
+    current = ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
+    eventually(lambda: secondary.serial() == current, timeout=10,
+               what=lambda: f"{kind} following {name} -> {expected} (serial {current}): {secondary.log()[-2000:]}")
+    assert a_set(secondary.port, name) == expected
+    return name, expected
+
+
 @pytest.mark.parametrize(("kind", "workers"), [*((kind, 1) for kind in sorted(SECONDARIES)), ("knot", 2)])
 def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, workers: int, tmp_path: Path) -> None:
     """Manifests change 12 times (testsupport/churn.py: ClusterSetIP and headless services created, updated,
@@ -134,13 +147,7 @@ def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, work
     server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
     with server, secondary:
         for step in range(12):
-            name, expected = churn.step()
-            server.signal(signal.SIGHUP)
-            eventually(lambda: a_set(server.dns_port, name) == expected, timeout=10, what=f"mcsdns: {name}")
-            current = ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
-            eventually(lambda: secondary.serial() == current, timeout=10,
-                       what=lambda: f"{kind} following {name} -> {expected} (serial {current}): {secondary.log()[-2000:]}")
-            assert a_set(secondary.port, name) == expected
+            follow(server, secondary, churn, kind)
             if step % 4 == 3:
                 asked, _ = questions(print_zone(churn.path))
                 answers_alike(server.dns_port, secondary.port, asked, kind)
@@ -348,13 +355,8 @@ def test_with_dns_sd_a_secondary_answers_and_follows_the_browsing_names(kind: st
         assert {f"b._dns-sd._udp.{ZONE}", f"_services._dns-sd._udp.demo.svc.{ZONE}", kinds,
                 f"web._http._tcp.demo.svc.{ZONE}", f"db._postgres._tcp.demo.svc.{ZONE}"} <= names, names
         answers_alike(server.dns_port, secondary.port, asked, kind)
-        for step in range(4):
-            name, expected = churn.step()
-            server.signal(signal.SIGHUP)
-            eventually(lambda: a_set(server.dns_port, name) == expected, timeout=10, what=f"mcsdns: {name}")
-            current = ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
-            eventually(lambda: secondary.serial() == current, timeout=10,
-                       what=lambda: f"{kind} following {name}: {secondary.log()[-2000:]}")
+        for _ in range(4):
+            name, expected = follow(server, secondary, churn, kind)
             assert instances(secondary.port) == instances(server.dns_port), name
             assert (f"{name.split('.')[0]}._http._tcp.demo.svc.{ZONE}" in instances(secondary.port)) == (expected is not None)
         asked, _ = questions(print_zone(churn.path, "--dns-sd"), ("A", "AAAA", "SRV", "TXT", "PTR"))
