@@ -272,8 +272,8 @@ class Metrics(Collector):
         self.notifies = Counter(
             "mcsdns_notify_total",
             "NOTIFY messages (--notify) by result: sent (each try), acknowledged, error (answered with an error "
-            "rcode), failed (no answer after every retry), unresolved (a target's host name had no address "
-            "that round).", ["result"], registry=registry)
+            "rcode), failed (no answer after every retry), unresolved (a lookup of a target's host name failed; "
+            "retried as NOTIFY is).", ["result"], registry=registry)
         self.ixfr_fallbacks = Counter(
             "mcsdns_ixfr_fallbacks_total",
             "IXFR requests answered with the whole zone, by reason: future (the client's serial is newer than "

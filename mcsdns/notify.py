@@ -14,8 +14,9 @@ and their sockets nothing on the query path (each NOTIFY has its own socket, its
 A target named by a host name rather than an address is resolved at every round, off the event
 loop (`loop.getaddrinfo`, bounded by RESOLVE_TIMEOUT), and every address it has then is sent the
 NOTIFY: a headless Service over per-node secondaries (a Knot DaemonSet) names all of them, as its
-pods come and go. A name that does not resolve is counted (`unresolved`), logged, and tried again
-at the next round; queries are never held up by the lookup.
+pods come and go. A name that does not resolve is counted (`unresolved`), logged, and looked up
+again on the retry schedule (a cluster DNS that timed out once does not leave the secondaries
+behind until the next change); queries are never held up by the lookup.
 """
 
 from __future__ import annotations
@@ -99,12 +100,17 @@ class Notifier:
     async def _notify_target(self, target: tuple[str, int]) -> None:
         """One round for one `--notify` target: its addresses now, each sent a NOTIFY per served zone."""
         host, port = target
-        try:
-            addresses = await resolve(host, port)
-        except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
-            self._count("unresolved")
-            log.warning("NOTIFY to %s: %s does not resolve (%s); trying again at the next change",
-                        hostport_text(host, port), host, exc or "timed out")
+        for attempt, wait in enumerate((0.0, *RETRIES)):
+            await asyncio.sleep(wait)  # a lookup that failed is tried again on the NOTIFY retry schedule
+            try:
+                addresses = await resolve(host, port)
+                break
+            except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
+                self._count("unresolved")
+                later = f"trying again in {RETRIES[attempt]:g} s" if attempt < len(RETRIES) else "giving up until the next change"
+                log.warning("NOTIFY to %s: %s does not resolve (%s); %s", hostport_text(host, port), host,
+                            exc or "timed out", later)
+        else:
             return
         await asyncio.gather(*(self._notify(family, address, lname)
                                for family, address in addresses for lname in self.transfers.zones))

@@ -614,8 +614,21 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
 
     cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.14"])))
     started = time.monotonic()
-    wait_for(lambda: dig(cluster, "+short", f"@{local}", web).split() == ["10.245.0.14"], 30,
-             "the change through the Knot secondary", 0.2)
+    try:
+        wait_for(lambda: dig(cluster, "+short", f"@{local}", web).split() == ["10.245.0.14"], 30,
+                 "the change through the Knot secondary", 0.2)
+    except AssertionError as err:
+        seen = []
+        for pod in pods(cluster, NS):
+            name = pod["metadata"]["name"]
+            text = cluster.kubectl("-n", NS, "exec", name, "--", "python", "-c", "import urllib.request; print("
+                                   "urllib.request.urlopen('http://127.0.0.1:9153/metrics').read().decode())",
+                                   check=False).stdout
+            seen.append(f"{name} {pod['status'].get('podIP')}: "
+                        + " ".join(line for line in text.splitlines() if line.startswith(("mcsdns_notify", "mcsdns_transfers_total", "mcsdns_zone_serial")))
+                        + "\n" + cluster.kubectl("-n", NS, "logs", name, "--tail=20", check=False).stdout)
+        raise AssertionError(f"{err}\nmcsdns direct: {dig(cluster, '+short', direct, web)}\n" + "\n".join(seen)
+                             + f"\nknot:\n{knot_log()[-3000:]}") from None
     print(f"Knot answered the change {time.monotonic() - started:.2f} s after it was applied")
     log = knot_log()
     assert re.search(rf"notify, incoming, remote {re.escape(pod_ip)}@\d+, serial \d+", log), log
