@@ -612,10 +612,23 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
     nx = dig(cluster, "+noall", "+comments", f"@{local}", f"nope.{DEMO}.svc.{ZONE}")
     assert "status: NXDOMAIN" in nx and "flags: qr aa" in nx, nx
 
+    # The NOTIFY target is a cluster DNS name: the precondition is that the primary pod resolves it (the
+    # cluster's CoreDNS learns the new headless Service from its own watch; here, after the earlier tests'
+    # CoreDNS restarts, that has taken tens of seconds). Three answers in a row, as mcsdns will ask.
+    target = f"knot-secondary.{NS}.svc.{CLUSTER_DOMAIN}."
+    resolved: list[bool] = []
+
+    def resolves() -> bool:
+        got = cluster.kubectl("-n", NS, "exec", primary["metadata"]["name"], "--", "python", "-c",
+                              f"import socket; socket.getaddrinfo({target!r}, 5353)", check=False)
+        resolved.append(got.returncode == 0)
+        return resolved[-3:] == [True] * 3
+
+    wait_for(resolves, 120, f"the mcsdns pod resolving {target}", 1)
     cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.14"])))
     started = time.monotonic()
     try:
-        wait_for(lambda: dig(cluster, "+short", f"@{local}", web).split() == ["10.245.0.14"], 30,
+        wait_for(lambda: dig(cluster, "+short", f"@{local}", web).split() == ["10.245.0.14"], 45,
                  "the change through the Knot secondary", 0.2)
     except AssertionError as err:
         seen = []
