@@ -66,10 +66,8 @@ def _address_or_hostname(host: str) -> bool:
         return True
     except ValueError:
         pass
-    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
-    return len(host) <= 254 and all(
-        0 < len(label) < 64 and label[0] != "-" and label[-1] != "-"
-        and all(c.isascii() and (c.isalnum() or c in "-_") for c in label) for label in labels)
+    name = (host[:-1] if host.endswith(".") else host).lower()
+    return _ZONE.fullmatch(name) is not None and len(name) <= 253  # the rule --zone is held to
 
 
 def hostport_text(host: str, port: int) -> str:
