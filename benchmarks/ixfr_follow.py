@@ -5,7 +5,8 @@ endpoints each) plus one headless service in a second manifests file, with `--tr
 key and `--notify` to a Knot 3 secondary (testsupport/secondaries.py) that loaded the zone. Then one
 endpoint of the headless service is added or removed, 20 times: after each the file is rewritten and
 mcsdns reloads it (SIGHUP); the time from mcsdns answering the change (polled every 2 ms) to Knot
-answering it is the follow time, and Knot's own log gives each transfer's kind and bytes.
+answering it is the follow time, and Knot's own log gives each transfer's kind and bytes, and how long
+each refresh took inside Knot ("zone updated, N seconds": from its SOA query to the new zone in place).
 
 usage: python -m benchmarks.ixfr_follow [--sizes 1000,10000] [--changes 20] [--out FILE]
 """
@@ -92,6 +93,8 @@ def measure(size: int, changes: int, work: Path) -> dict[str, Any]:
         server.stop()
     transfers = re.findall(r"(AXFR|IXFR), incoming, .*?finished, .*? (\d+) messages, (\d+) bytes", log)
     ixfr = [int(b) for kind, _, b in transfers if kind == "IXFR"]
+    # Knot's own time per refresh after the first load (serial N -> M, not "none -> M"), to 10 ms.
+    refreshes = [float(s) for s in re.findall(r"zone updated, ([\d.]+) seconds, serial \d+ -> ", log)]
     ms = 1000.0
     return {
         "imports": size, "changes": changes,
@@ -100,6 +103,8 @@ def measure(size: int, changes: int, work: Path) -> dict[str, Any]:
                            "axfr_style_ixfr": log.count("AXFR-style")},
         "ixfr_bytes": {"min": min(ixfr), "max": max(ixfr)} if ixfr else None,
         "breakdown_ms": breakdown(server.log(), moments),
+        "knot_refresh_ms": ({"p50": round(statistics.median(refreshes) * ms), "max": round(max(refreshes) * ms),
+                             "of": len(refreshes)} if refreshes else None),
         "knot_log_last_change": [line for line in log.splitlines()[-12:] if "IXFR" in line or "notify" in line.lower()],
     }
 
@@ -130,14 +135,20 @@ def breakdown(log: str, moments: list[tuple[float, float]]) -> dict[str, Any]:
 def markdown(figures: list[dict[str, Any]]) -> str:
     """The table docs/transfers.md quotes (tests/test_ixfr.py holds the page to the stored run)."""
     rows = ["| imports | changes | Knot after mcsdns, p50 | max | NOTIFY sent, p50 | IXFR answered, p50 "
-            "| Knot's transfers | IXFR bytes (Knot's log) |", "|---|---|---|---|---|---|---|---|"]
+            "| Knot's own refresh, p50 (its log) | Knot's transfers | IXFR bytes (Knot's log) |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for f in figures:
         t, b, steps = f["knot_transfers"], f["ixfr_bytes"], f["breakdown_ms"]
         size = str(b["min"]) if b["min"] == b["max"] else f"{b['min']}-{b['max']}"
         rows.append(f"| {f['imports']:,} | {f['changes']} | {f['follow_ms']['p50']:.0f} ms | {f['follow_ms']['max']:.0f} ms | "
-                    f"{_p50(steps, 'sent')} | {_p50(steps, 'ixfr')} | "
+                    f"{_p50(steps, 'sent')} | {_p50(steps, 'ixfr')} | {_refresh(f)} | "
                     f"{t['axfr']} AXFR, then {t['ixfr']} IXFR | {size} |")
     return "\n".join(rows) + "\n"
+
+
+def _refresh(figures: dict[str, Any]) -> str:
+    own = figures.get("knot_refresh_ms")
+    return f"{own['p50']} ms" if own else "not logged"
 
 
 def _p50(steps: dict[str, Any], step: str) -> str:
@@ -157,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             figures.append(got)
             print(f"{size} imports: {got['changes']} changes, Knot answered each {got['follow_ms']['p50']} ms (p50), "
                   f"{got['follow_ms']['max']} ms (max) after mcsdns; Knot's transfers: {got['knot_transfers']}; "
-                  f"IXFR bytes {got['ixfr_bytes']}; after mcsdns answered (ms): {got['breakdown_ms']}")
+                  f"IXFR bytes {got['ixfr_bytes']}; after mcsdns answered (ms): {got['breakdown_ms']}; "
+                  f"Knot's own refresh (ms): {got['knot_refresh_ms']}")
     if args.out:
         args.out.write_text(json.dumps(figures, indent=1) + "\n")
     print(markdown(figures))
