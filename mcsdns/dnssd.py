@@ -184,11 +184,10 @@ class DnsSd:
         added: list[Owned] = []
         for owner, old in self._before.items():
             new = self.records.get(owner, ())
-            if old == new:
-                continue
-            was, now = set(old), set(new)
-            deleted += (r for r in old if r not in now)
-            added += (r for r in new if r not in was)
+            if old != new:
+                gone, came = vocab.difference(old, new)
+                deleted += gone
+                added += came
         self._before = {}
         return deleted, added
 

@@ -33,6 +33,7 @@ from dnslib import RR, DNSBuffer
 from .compile import Service
 from .store import ServiceKey
 from .table import SERIAL_MASK, Table
+from .vocab import difference
 from .zonefile import Owned, as_rr, owned_records
 
 def serial_lt(a: int, b: int) -> bool:
@@ -118,9 +119,9 @@ class Journal:
                 self.services[key] = new
             if old is None and new is None:
                 continue
-            was, now = self._records(key, old), self._records(key, new)
-            entry.deleted += (r for r in was if r not in now)
-            entry.added += (r for r in now if r not in was)
+            deleted, added = difference(self._records(key, old), self._records(key, new))
+            entry.deleted += deleted
+            entry.added += added
         if self.table.dnssd is not None:
             deleted, added = self.table.dnssd.drain()
             entry.deleted += deleted

@@ -8,7 +8,7 @@ copy of each number and name instead of re-declaring them. Pure data, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Collection, NamedTuple
 
 # Types (RFC 1035 and successors).
 A, NS, CNAME, SOA, PTR, MX, TXT, AAAA, SRV, DNAME, OPT = 1, 2, 5, 6, 12, 15, 16, 28, 33, 39, 41
@@ -65,6 +65,15 @@ class Record(NamedTuple):
 Owned = tuple[tuple[str, ...], Record]
 """A record with its owner's labels, in no zone yet: what a zone transfer, the IXFR journal and
 `mcsdns zone` write into the zone they serve (zonefile.owned_records, dnssd.DnsSd.snapshot)."""
+
+
+def difference(old: Collection[Owned], new: Collection[Owned]) -> tuple[list[Owned], list[Owned]]:
+    """(deleted, added): the records of `old` not in `new` and of `new` not in `old`, each in its own
+    order. What an IXFR journal entry holds for one set of records that changed (journal.Journal.record
+    for a service's records, dnssd.DnsSd.drain for a DNS-SD name's)."""
+    was = old if isinstance(old, (set, frozenset)) else set(old)  # the journal's are sets already
+    now = new if isinstance(new, (set, frozenset)) else set(new)
+    return [r for r in old if r not in now], [r for r in new if r not in was]
 
 
 class Answer(NamedTuple):
