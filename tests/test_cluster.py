@@ -575,10 +575,13 @@ def test_node_local_dns_as_a_secondary_holds_the_zone_and_follows_a_change(clust
 def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_name(
         cluster: Cluster, client: str, imports: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
     """deploy/examples/knot-secondary.yaml as its header says: mcsdns with the transfers component (the
-    TSIG Secret) and the flags it names, the NOTIFY target being the Knot pods' headless Service by name;
-    Knot (a DaemonSet, the key read from the same Secret) loads the zone signed from one mcsdns pod, a
-    client pod asks the node-local Service and gets what mcsdns answers, and a changed ServiceImport
-    reaches it by a signed NOTIFY (sent to the address mcsdns looked the name up to) and an IXFR."""
+    TSIG Secret, the headless Service mcsdns-primaries) and the flags it names, the NOTIFY target being
+    the Knot pods' headless Service by name; Knot (a DaemonSet, the key read from the same Secret) loads
+    the zone signed from one mcsdns pod it chose itself, a client pod asks the node-local Service and
+    gets what mcsdns answers, and a changed ServiceImport reaches it by a signed NOTIFY (sent to the
+    address mcsdns looked the name up to) and an IXFR. Then that mcsdns pod is deleted, as a rollout or a
+    drained node does: Knot moves to another ready pod (a whole transfer from there) and follows the
+    next change from it."""
     secret = "xfr-key:hmac-sha256:" + base64.b64encode(bytes(range(200, 232))).decode()
     cluster.kubectl("create", "namespace", NS, check=False)  # (there already, unless this test runs alone)
     kubectl(cluster, "-n", NS, "delete", "secret", "mcsdns-tsig", "--ignore-not-found")
@@ -588,8 +591,8 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
     assert flag_lines == ["--transfer-to=<your pod CIDR>", f"--notify=knot-secondary.{NS}.svc.{CLUSTER_DOMAIN}.:5353"]
     primary = redeploy_with_flags(cluster, tmp_path_factory.mktemp("overlay-knot"),
                                   [line.replace("<your pod CIDR>", POD_CIDR) for line in flag_lines], ("transfers",))
-    pod_ip = primary["status"]["podIP"]
-    manifest = example.replace("MCSDNS_POD_IP", pod_ip).replace("image: cznic/knot:3.3", "image: localhost/knot:dev")
+    assert "MCSDNS_POD_IP" not in example  # nothing to fill in: Knot finds its mcsdns pod itself
+    manifest = example.replace("image: cznic/knot:3.3", "image: localhost/knot:dev")
     kubectl(cluster, "apply", "-f", "-", input=manifest)
     rollout_status = cluster.kubectl("-n", NS, "rollout", "status", "daemonset/knot-secondary", "--timeout=180s",
                                      timeout=200, check=False)
@@ -600,9 +603,20 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
         raise AssertionError(f"the Knot DaemonSet is not ready:\n{described}\n{logs.stdout}{logs.stderr}")
 
     def knot_log() -> str:
-        return kubectl(cluster, "-n", NS, "logs", "daemonset/knot-secondary")
+        return kubectl(cluster, "-n", NS, "logs", "daemonset/knot-secondary", "-c", "knotd")
 
-    wait_for(lambda: f"AXFR, incoming, remote {pod_ip}@5353, finished" in knot_log(), 60, "Knot's signed AXFR")
+    def knot_follows() -> str | None:
+        """The mcsdns pod address Knot's last finished AXFR came from."""
+        found = re.findall(r"AXFR, incoming, remote (\S+)@5353, finished", knot_log())
+        return found[-1] if found else None
+
+    wait_for(lambda: knot_follows() is not None, 60, "Knot's signed AXFR")
+    pod_ip = knot_follows()
+    ready = {p["status"].get("podIP"): p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")}
+    assert pod_ip in ready, (pod_ip, list(ready))
+    primary = ready[pod_ip]
+    assert f"primary.sh: transferring from mcsdns pod {pod_ip}" in kubectl(
+        cluster, "-n", NS, "logs", "daemonset/knot-secondary", "-c", "knotd"), "the start script's choice"
     local = service_ip(cluster, NS, "knot-secondary-local")
     web, db = f"web.{DEMO}.svc.{ZONE}", f"db.{DEMO}.svc.{ZONE}"
     direct = f"@{service_ip(cluster, NS)}"
@@ -650,3 +664,16 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
                       "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9153/metrics').read().decode())")
     acknowledged = re.search(r'mcsdns_notify_total\{result="acknowledged"\} (\S+)', metrics)
     assert acknowledged and float(acknowledged.group(1)) >= 1, metrics
+
+    # The pod Knot transfers from goes (a rollout replaces every pod this way, one at a time): within the
+    # follower's 10 s poll Knot is moved to another ready pod, transfers the zone whole from it, and
+    # follows the next change from there.
+    kubectl(cluster, "-n", NS, "delete", "pod", primary["metadata"]["name"], "--wait=false")
+    wait_for(lambda: knot_follows() not in (None, pod_ip), 90, "Knot transferring from another mcsdns pod", 1)
+    moved_to = knot_follows()
+    assert f"primary.sh: transferring from mcsdns pod {moved_to}" in kubectl(
+        cluster, "-n", NS, "logs", "daemonset/knot-secondary", "-c", "primary"), "the follower's switch"
+    cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.15"])))
+    wait_for(lambda: dig(cluster, "+short", f"@{local}", web).split() == ["10.245.0.15"], 45,
+             "a change after the move, through the Knot secondary", 0.2)
+    assert re.search(rf"IXFR, incoming, remote {re.escape(moved_to)}@5353", knot_log()), knot_log()[-3000:]
