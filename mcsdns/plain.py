@@ -22,7 +22,7 @@ from typing import Callable
 from .compile import LOCAL_PRIORITY
 from .objects import PROTOCOLS, ServiceImport
 from .vocab import AAAA, CLASS_IN, NOERROR, SRV, A
-from .wire import _QUESTION, AA, RR_FIXED, SRV_FIXED, Body, _address_record, encode_labels, pointer
+from .wire import _QUESTION, AA, RR_FIXED, SRV_FIXED, Body, _address_record, encode_labels, pointer, service_labels
 
 # Beyond this many IPs or ports the general path compiles the service (the answers stay far from
 # any size limit here, so no record is ever cut: see REPLY_RECORDS_MAX and MAX_TCP there).
@@ -41,58 +41,108 @@ def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Ne
     compiles it).
 
     `zones` are the table's zones in wire form; `negative` gives the shared NODATA body."""
-    if imp.headless or not imp.ips or not imp.ports or len(imp.ips) > MAX_IPS or len(imp.ports) > MAX_PORTS:
+    ips, ports = imp.ips, imp.ports
+    if imp.headless or not ips or not ports or len(ips) > MAX_IPS or len(ports) > MAX_PORTS:
         return None
     # The names (left of the zone, lower case) and the ports each one's entries hold, as
     # compile.service_names and compile.service_entries make them.
     groups: dict[tuple[str, str], list[int]] = {}
-    for port in imp.ports:
+    prefixes: dict[tuple[str, str], bytes] = {}
+    for port in ports:
         if port.port < 0:
             return None
         if port.name and port.protocol:  # a `_name._protocol` name (compile.service_names)
-            if not (_PORT_NAME.match(port.name) and port.protocol.upper() in PROTOCOLS and len(port.name) < 63):
+            labels = _port_labels(port.name, port.protocol)
+            if labels is None:
                 return None
-            groups.setdefault((port.name.lower(), port.protocol.lower()), []).append(port.port)
-    if imp.name != imp.name.lower() or imp.namespace != imp.namespace.lower():
-        return None  # (the converters let no such name through; the general path keeps its spelling)
-    try:
-        base = encode_labels((imp.name, imp.namespace, "svc"))  # also the SRV target
-    except ValueError:
+            key, prefixes[key] = labels
+            groups.setdefault(key, []).append(port.port)
+    base = _service_labels(imp.name, imp.namespace)  # also the SRV target
+    if base is None:
         return None
-    names = [(base, [port.port for port in imp.ports])]
-    names += [(encode_labels((f"_{name}", f"_{proto}")) + base, ports) for (name, proto), ports in sorted(groups.items())]
-    v4: dict[str, bool] = {}  # the distinct IPs in order (dicts keep it), per family
-    v6: dict[str, bool] = {}
-    for ip in imp.ips:
-        (v6 if ":" in ip and "." not in ip else v4)[ip] = True
-    a_records = [_address_record(A, ttl, ip) for ip in v4]
-    aaaa_records = [_address_record(AAAA, ttl, ip) for ip in v6]
-    glue = [_address_record(AAAA if ip in v6 else A, ttl, ip) for ip in dict.fromkeys(imp.ips)]
+    names = [(base, [port.port for port in ports])]
+    names += [(prefixes[key] + base, numbers) for key, numbers in sorted(groups.items())]
+    # Each distinct IP's record, in order (dicts keep it), per family; the glue holds them all.
+    v4: dict[str, bytes] = {}
+    v6: dict[str, bytes] = {}
+    for ip in ips:
+        if ":" in ip and "." not in ip:
+            if ip not in v6:
+                v6[ip] = _address_record(AAAA, ttl, ip)
+        elif ip not in v4:
+            v4[ip] = _address_record(A, ttl, ip)
+    if v4 and v6:
+        glue = [v4[ip] if ip in v4 else v6[ip] for ip in dict.fromkeys(ips)]
+    else:
+        glue = list((v4 or v6).values())
+    # An A/AAAA answer's bytes do not depend on the name (its records point at the question): laid
+    # out once per family, a Body per name for where its zone sits.
+    families = ((A, _addresses(list(v4.values())) if v4 else None),
+                (AAAA, _addresses(list(v6.values())) if v6 else None))
+    count = len(ips)
     out: list[tuple[bytes, int, Body]] = []
-    for rel, ports in names:
-        weight = max(1, 100 // (len(imp.ips) * len(ports)))
-        numbers = list(dict.fromkeys(ports))
-        for qtype, records in ((A, a_records), (AAAA, aaaa_records), (SRV, None)):
+    for rel, numbers in names:
+        zone_at = 12 + len(rel)
+        for qtype, laid in families:
             for zone in zones:
-                lname = rel + zone
-                zone_at = 12 + len(rel)
-                if records is not None:
-                    body = _addresses(records, zone_at) if records else negative(NOERROR, zone_at)
-                else:
-                    body = _srv(numbers, weight, base, zone, ttl, glue, 12 + len(lname) + 4, zone_at)
-                out.append((lname, qtype, body))
+                body = _address_body(laid, zone_at) if laid is not None else negative(NOERROR, zone_at)
+                out.append((rel + zone, qtype, body))
+        weight = max(1, 100 // (count * len(numbers)))
+        distinct = list(dict.fromkeys(numbers))
+        for zone in zones:
+            lname = rel + zone
+            out.append((lname, SRV, _srv(distinct, weight, base, zone, ttl, glue, 12 + len(lname) + 4, zone_at)))
     return out
 
 
-def _addresses(records: list[bytes], zone_at: int) -> Body:
-    """An A or AAAA answer: each record owned by the question name (a pointer to it)."""
+# `_name._protocol` labels by (port name, protocol) as the import spells them, None for a pair that
+# makes no such name here. A sync asks for the same few again and again; emptied past the bound.
+_PORT_PREFIXES: dict[tuple[str, str], tuple[tuple[str, str], bytes] | None] = {}
+_CACHE_MAX = 4096
+
+
+def _port_labels(name: str, protocol: str) -> tuple[tuple[str, str], bytes] | None:
+    """((port name, protocol) in lower case, as names sort; `_name._protocol` in wire form), or None."""
+    spelled = (name, protocol)
+    try:
+        return _PORT_PREFIXES[spelled]
+    except KeyError:
+        pass
+    labels = None
+    if _PORT_NAME.match(name) and protocol.upper() in PROTOCOLS and len(name) < 63:
+        key = (name.lower(), protocol.lower())
+        labels = key, encode_labels((f"_{key[0]}", f"_{key[1]}"))
+    if len(_PORT_PREFIXES) >= _CACHE_MAX:
+        _PORT_PREFIXES.clear()
+    _PORT_PREFIXES[spelled] = labels
+    return labels
+
+
+def _service_labels(name: str, namespace: str) -> bytes | None:
+    """`<name>.<namespace>.svc` in wire form, or None: a label in upper case (the converters let no
+    such name through; the general path keeps its spelling) or one that is no DNS label."""
+    if name != name.lower() or namespace != namespace.lower():
+        return None
+    try:
+        return service_labels(name, namespace)
+    except ValueError:
+        return None
+
+
+def _addresses(records: list[bytes]) -> tuple[int, bytes, tuple[int, ...]]:
+    """An A or AAAA answer's records, each owned by the question name (a pointer to it): (count,
+    bytes, record ends)."""
     body = bytearray()
     ends = []
     for record in records:
         body += _QUESTION
         body += record
         ends.append(len(body))
-    return Body(AA | NOERROR, len(records), 0, 0, bytes(body), tuple(ends), (), False, zone_at, 0)
+    return len(records), bytes(body), tuple(ends)
+
+
+def _address_body(answer: tuple[int, bytes, tuple[int, ...]], zone_at: int) -> Body:
+    return Body(AA | NOERROR, answer[0], 0, 0, answer[1], answer[2], (), False, zone_at, 0)
 
 
 def _srv(numbers: list[int], weight: int, spelled: bytes, zone: bytes, ttl: int, glue: list[bytes],

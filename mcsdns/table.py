@@ -36,7 +36,7 @@ from . import plain, reverse, vocab
 from .compile import Service
 from .objects import EndpointSlice, ServiceImport
 from .store import Changes, ServiceKey, Store
-from .wire import AA, Body, NameCache, Renderer, encode_labels, soa_record
+from .wire import AA, Body, NameCache, Renderer, encode_labels, service_labels, soa_record
 
 
 class NameIndex(Protocol):
@@ -452,7 +452,7 @@ class Table:
         zone of `children`."""
         namespace, service = key
         try:
-            rel = encode_labels((service.lower(), namespace.lower(), "svc"))
+            rel = service_labels(service.lower(), namespace.lower())
         except ValueError:  # no DNS name (a label longer than 63 bytes): none of its names is compiled either
             return []
         return [(rel + zwire, zwire) for zwire in self._child_zones]

@@ -176,6 +176,25 @@ def encode_labels(labels: tuple[str, ...] | list[str]) -> bytes:
     return bytes(out)
 
 
+_SVC_SUFFIXES: dict[str, bytes] = {}  # `<namespace>.svc` in wire form, by namespace (bounded below)
+
+
+def service_labels(name: str, namespace: str) -> bytes:
+    """`<name>.<namespace>.svc` in wire form: `encode_labels((name, namespace, "svc"))`, ValueError
+    alike. A sync builds it for every service (twice: its SRV target and its `children` entry), from
+    a few namespaces: their part is kept, up to a few thousand namespaces."""
+    suffix = _SVC_SUFFIXES.get(namespace)
+    if suffix is None:
+        suffix = encode_labels((namespace, "svc"))
+        if len(_SVC_SUFFIXES) >= 4096:
+            _SVC_SUFFIXES.clear()
+        _SVC_SUFFIXES[namespace] = suffix
+    raw = name.encode()
+    if not 0 < len(raw) <= 63:
+        raise ValueError(f"label {name!r} is not 1..63 bytes")
+    return bytes((len(raw),)) + raw + suffix
+
+
 def pointer(offset: int) -> bytes:
     return U16.pack(0xC000 | offset)
 
