@@ -16,10 +16,6 @@ from .queries import MIXES
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
-
-
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -45,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--cost-rate", type=flags.rate, default=suite.Options.cost_rate,
                    help="q/s of one more rate step, the same for every server and mix, for CPU per query at one "
                         "rate (where it is at most 80%% of the server's max rate; 0 = none)")
-    r.add_argument("--sizes", type=_ints, default=(1000, 10000, 50000), help="imports per scale step")
-    r.add_argument("--scale-headless", type=_ints, default=(10, 100, 1000), help="headless services (endpoints each) at every scale step")
+    r.add_argument("--sizes", type=flags.sizes, default=(1000, 10000, 50000), help="imports per scale step")
+    r.add_argument("--scale-headless", type=flags.sizes, default=(10, 100, 1000), help="headless services (endpoints each) at every scale step")
     r.add_argument("--changes", type=int, default=200, help="writes timed for propagation")
     r.add_argument("--workers", type=int, default=1, help="mcsdns --workers in the main runs")
     r.add_argument("--server-cpu", default="1", help="CPU list the servers are pinned to ('' = no pinning)")

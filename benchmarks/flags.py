@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .queries import MIXES
 
@@ -27,6 +29,41 @@ def rates(text: str) -> tuple[float, ...]:
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"one or more rates above 0, comma-separated, not {text!r}")
     return values
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    """Comma-separated counts (imports per run, endpoints per headless service), each a whole number
+    above 0, at least one: `--sizes 10k` or `0` is a usage error before any test bed starts."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"one or more whole numbers above 0, comma-separated, not {text!r}")
+    return values
+
+
+def add_sizes(parser: argparse.ArgumentParser, default: str = "1000,10000") -> None:
+    """`--sizes` (ClusterSetIP imports per run) and `--out` (the figures as JSON), as the per-size
+    scripts take them (`run_sizes`)."""
+    parser.add_argument("--sizes", type=sizes, default=sizes(default), help="ClusterSetIP imports per run, comma-separated")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
+
+
+def run_sizes(args: argparse.Namespace, name: str, measure: Callable[[int, Path], dict[str, Any]],
+              line: Callable[[int, dict[str, Any]], str], table: Callable[[list[dict[str, Any]]], str]) -> int:
+    """Measure each of `args.sizes` in one temporary directory (named after the script), print a
+    line per size as it ends, store the figures (`--out`), then print their markdown table."""
+    figures = []
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
+        for size in args.sizes:
+            got = measure(size, Path(tmp))
+            figures.append(got)
+            print(line(size, got), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(figures, indent=1) + "\n")
+    print(table(figures))
+    return 0
 
 
 def mixes(text: str) -> tuple[str, ...]:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import re
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +32,7 @@ from testsupport.churn import headless
 from testsupport.secondaries import KnotSecondary
 from testsupport.serverproc import Server
 
-from . import dataset
+from . import dataset, flags
 
 NAME = "follow.demo.svc.clusterset.local."
 SECRET = base64.b64encode(bytes(range(50, 82))).decode()
@@ -157,23 +155,17 @@ def _p50(steps: dict[str, Any], step: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ixfr_follow", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000", help="ClusterSetIP imports per run, comma-separated")
+    flags.add_sizes(parser)
     parser.add_argument("--changes", type=int, default=20, help="endpoint additions and removals per size")
-    parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
     args = parser.parse_args(argv)
-    figures = []
-    with tempfile.TemporaryDirectory(prefix="ixfr-follow-") as tmp:
-        for size in (int(s) for s in args.sizes.split(",")):
-            got = measure(size, args.changes, Path(tmp))
-            figures.append(got)
-            print(f"{size} imports: {got['changes']} changes, Knot answered each {got['follow_ms']['p50']} ms (p50), "
-                  f"{got['follow_ms']['max']} ms (max) after mcsdns; Knot's transfers: {got['knot_transfers']}; "
-                  f"IXFR bytes {got['ixfr_bytes']}; after mcsdns answered (ms): {got['breakdown_ms']}; "
-                  f"Knot's own refresh (ms): {got['knot_refresh_ms']}")
-    if args.out:
-        args.out.write_text(json.dumps(figures, indent=1) + "\n")
-    print(markdown(figures))
-    return 0
+    return flags.run_sizes(args, "ixfr-follow", lambda size, tmp: measure(size, args.changes, tmp), _line, markdown)
+
+
+def _line(size: int, got: dict[str, Any]) -> str:
+    return (f"{size} imports: {got['changes']} changes, Knot answered each {got['follow_ms']['p50']} ms (p50), "
+            f"{got['follow_ms']['max']} ms (max) after mcsdns; Knot's transfers: {got['knot_transfers']}; "
+            f"IXFR bytes {got['ixfr_bytes']}; after mcsdns answered (ms): {got['breakdown_ms']}; "
+            f"Knot's own refresh (ms): {got['knot_refresh_ms']}")
 
 
 if __name__ == "__main__":

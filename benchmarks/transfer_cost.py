@@ -15,14 +15,12 @@ usage: python -m benchmarks.transfer_cost [--sizes 1000,10000] [--out FILE]
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import socket
 import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,7 +32,7 @@ import dns.query
 
 from testsupport.serverproc import Server
 
-from . import dataset
+from . import dataset, flags
 from .servers import tool_path
 
 ZONE = "clusterset.local."
@@ -161,27 +159,20 @@ def markdown(figures: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transfer_cost", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000", help="ClusterSetIP imports per run, comma-separated")
-    parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
-    args = parser.parse_args(argv)
-    figures = []
-    with tempfile.TemporaryDirectory(prefix="transfer-cost-") as tmp:
-        for size in (int(s) for s in args.sizes.split(",")):
-            got = measure(size, Path(tmp))
-            figures.append(got)
-            print(f"{size} imports: AXFR {got['first_axfr']['records']} records, {got['first_axfr']['bytes']} bytes in "
-                  f"{got['first_axfr']['messages']} messages; first message after {got['first_message_s']} s, "
-                  f"first AXFR {got['first_axfr']['seconds']} s (packs), "
-                  f"second {got['second_axfr']['seconds']} s; 20 at once {got['twenty_at_once']['seconds']} s "
-                  f"({got['twenty_at_once']['completed']} complete, failed: {got['twenty_at_once']['failed']}); "
-                  f"query ms p50/p99/max during the first {got['query_ms_during_first']['p50']}/"
-                  f"{got['query_ms_during_first']['p99']}/{got['query_ms_during_first']['max']}, idle {got['query_ms_before']['p50']}/{got['query_ms_before']['p99']}, during "
-                  f"{got['query_ms_during']['p50']}/{got['query_ms_during']['p99']} (max {got['query_ms_during']['max']}) "
-                  "with 20 at once")
-    if args.out:
-        args.out.write_text(json.dumps(figures, indent=1) + "\n")
-    print(markdown(figures))
-    return 0
+    flags.add_sizes(parser)
+    return flags.run_sizes(parser.parse_args(argv), "transfer-cost", measure, _line, markdown)
+
+
+def _line(size: int, got: dict[str, Any]) -> str:
+    return (f"{size} imports: AXFR {got['first_axfr']['records']} records, {got['first_axfr']['bytes']} bytes in "
+            f"{got['first_axfr']['messages']} messages; first message after {got['first_message_s']} s, "
+            f"first AXFR {got['first_axfr']['seconds']} s (packs), "
+            f"second {got['second_axfr']['seconds']} s; 20 at once {got['twenty_at_once']['seconds']} s "
+            f"({got['twenty_at_once']['completed']} complete, failed: {got['twenty_at_once']['failed']}); "
+            f"query ms p50/p99/max during the first {got['query_ms_during_first']['p50']}/"
+            f"{got['query_ms_during_first']['p99']}/{got['query_ms_during_first']['max']}, idle {got['query_ms_before']['p50']}/{got['query_ms_before']['p99']}, during "
+            f"{got['query_ms_during']['p50']}/{got['query_ms_during']['p99']} (max {got['query_ms_during']['max']}) "
+            "with 20 at once")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import queries
+from . import flags, queries
 from .dataset import Spec
 from .servers import CoreDns, Mcsdns, Server
 from .suite import APISERVER_ARGS, Options, Suite, log
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.versions", description=__doc__.splitlines()[0])
     p.add_argument("--minors", help="comma-separated minors (default: every one built, then the default testbin)")
-    p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[10000, 50000])
+    p.add_argument("--sizes", type=flags.sizes, default=(10000, 50000), help="imports per run, comma-separated")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--changes", type=int, default=50, help="writes timed for propagation, at the first size")
     p.add_argument("--cpu", default="1", help="CPU the servers are pinned to while syncing ('' = any)")

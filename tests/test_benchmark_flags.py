@@ -48,3 +48,17 @@ def test_an_unknown_mix_is_a_usage_error() -> None:
     refused = _run("benchmarks", "run", "--mixes", "clusterset_a,no_such_mix", "--skip-scale", "--skip-propagation")
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "unknown mix 'no_such_mix'" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("command", [("benchmarks.transfer_cost",), ("benchmarks.ixfr_follow",), ("benchmarks.versions",),
+                                     ("benchmarks", "run", "--skip-throughput")])
+@pytest.mark.parametrize("value", ["10k", "0", "1000,-5", ","])
+def test_a_sizes_flag_refuses_what_is_not_a_count(command: tuple[str, ...], value: str, tmp_path: Path) -> None:
+    """`--sizes` is parsed before any test bed or server starts: a typo is argparse's usage error
+    (exit 2) naming the flag, never a ValueError once a run of an hour is under way. (Should the
+    check be lost, the run's report goes to a temporary directory, not over the stored results.)"""
+    out = ("--out", str(tmp_path)) if command[0] == "benchmarks" else ()
+    refused = _run(*command, *out, "--sizes", value)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "argument --sizes" in refused.stderr and "whole numbers above 0" in refused.stderr
+    assert "Traceback" not in refused.stderr
