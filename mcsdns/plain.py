@@ -46,8 +46,9 @@ def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Ne
         return None
     # The names (left of the zone, lower case) and the ports each one's entries hold, as
     # compile.service_names and compile.service_entries make them.
-    groups: dict[tuple[str, str], list[int]] = {}
-    prefixes: dict[tuple[str, str], bytes] = {}
+    # Keyed by ((name, protocol) lower case, its wire prefix): the pair sorts as names do, and one
+    # pair has one prefix, so the prefix never decides the order.
+    groups: dict[tuple[tuple[str, str], bytes], list[int]] = {}
     for port in ports:
         if port.port < 0:
             return None
@@ -55,13 +56,12 @@ def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Ne
             labels = _port_labels(port.name, port.protocol)
             if labels is None:
                 return None
-            key, prefixes[key] = labels
-            groups.setdefault(key, []).append(port.port)
+            groups.setdefault(labels, []).append(port.port)
     base = _service_labels(imp.name, imp.namespace)  # also the SRV target
     if base is None:
         return None
     names = [(base, [port.port for port in ports])]
-    names += [(prefixes[key] + base, numbers) for key, numbers in sorted(groups.items())]
+    names += [(prefix + base, numbers) for (_, prefix), numbers in sorted(groups.items())]
     # Each distinct IP's record, in order (dicts keep it), per family; the glue holds them all.
     v4: dict[str, bytes] = {}
     v6: dict[str, bytes] = {}
