@@ -16,6 +16,7 @@ machine hits all of them alike; the minimum and median of the rounds are printed
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import statistics
 import sys
@@ -77,6 +78,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--hold", action="store_true", help="start and load the test bed, then wait (Ctrl-C or SIGTERM ends)")
     args = p.parse_args(argv)
     suite = Suite(Options(out=Path(tempfile.gettempdir())))
+    try:
+        _run(args, suite)
+    finally:
+        shutil.rmtree(suite.work, ignore_errors=True)  # the servers' logs and Corefiles, as versions.py does
+
+
+def _run(args: argparse.Namespace, suite: Suite) -> None:
     if args.kubeconfig is not None:
         from testsupport.testbed import KubeClient, find_testbin
 
