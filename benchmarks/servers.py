@@ -231,6 +231,26 @@ class Server:
     def rss_mb(self) -> float:
         return procstat.rss_mb(self.pids())
 
+    def settle(self, quiet: float = 0.3, poll: float = 0.05, timeout: float = 600.0) -> tuple[float, float]:
+        """Wait until the server's CPU time stops growing for `quiet` seconds; return (seconds from its
+        start to its last CPU use seen, its CPU seconds then).
+
+        What a server still does after its first answer (mcsdns compiles the services the sync left
+        while answering: `Table.compile_behind`; a Go server's collector runs) counts here, so a figure
+        taken at the first answer alone cannot hide work moved past it. The resolution is `poll` plus a
+        clock tick (10 ms) of CPU time."""
+        cpu = self.cpu_seconds()
+        last = time.monotonic()
+        deadline = last + timeout
+        while time.monotonic() < deadline:
+            time.sleep(poll)
+            now = self.cpu_seconds()
+            if now > cpu:
+                cpu, last = now, time.monotonic()
+            elif time.monotonic() - last >= quiet:
+                break
+        return last - self.started_at, cpu
+
     def rcvbuf(self) -> int | None:
         """Its UDP socket's receive buffer in bytes (None if unknown)."""
         return udp_rcvbuf(self.port)

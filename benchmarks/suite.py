@@ -275,6 +275,7 @@ class Suite:
             try:
                 log(f"{label}: starting")
                 ready = server.start(probe, timeout=300)
+                server.settle()  # mcsdns compiles after its first answer: RSS and the mixes come after that
                 time.sleep(0.5 if o.smoke else 2.0)
                 info = {"kind": server.kind, "ready_seconds": round(ready, 3), "rss_mb": round(server.rss_mb(), 1),
                         "pinned": server.cpu, "workers": getattr(server, "workers", None),
@@ -435,6 +436,7 @@ class Suite:
                     s = make()
                     ready = s.start(probe, timeout=SYNC_TIMEOUT)
                     servers[label] = s
+                    s.settle()  # (as above)
                     time.sleep(0.5 if o.smoke else 3.0)
                     r = row.setdefault(label, {})
                     r["sync_seconds"] = round(ready, 2)

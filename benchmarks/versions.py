@@ -7,7 +7,7 @@ them by default) and then the default testbin (unless one of them runs its relea
 a test bed of that kube-apiserver over the same data, the scale data set loaded once (by the
 oldest version) and its etcd data copied for each version and size, as an upgrade would hand it
 over; at each size, mcsdns and CoreDNS synced round after round as benchmarks/sync_cost.py times them (start until the last import answers,
-pinned to --cpu; RSS once synced), then, at the first size, `--changes` writes timed until each
+pinned to --cpu; RSS once its CPU is quiet after that, `Server.settle`, and when that was), then, at the first size, `--changes` writes timed until each
 running server answers them (the suite's propagation). The last lines are the table: per version
 and size, each server's median sync and the ratio mcsdns/CoreDNS of the same run, which a loaded
 shared machine disturbs least.
@@ -118,9 +118,10 @@ def run_version(name: str, cache: Path, suite: Suite, snapshots: dict[int, Path]
             spec = Spec(imports=size, headless=(10, 100, 1000))
             sizing = argparse.Namespace(imports=size, rounds=args.rounds, servers=",".join(LABELS), cpu=args.cpu)
             figures = time_servers(sizing, suite.work, bed.kubeconfig_path, suite.coredns_bin)
-            (mine, _, mine_rss), (theirs, _, theirs_rss) = figures["mcsdns-api"], figures["coredns"]
+            (mine, _, mine_rss, mine_quiet), (theirs, _, theirs_rss, theirs_quiet) = figures["mcsdns-api"], figures["coredns"]
             table.append(f"{version:<9} {size:>6} imports: sync mcsdns {mine:6.2f} s, CoreDNS {theirs:6.2f} s, "
-                         f"ratio {mine / theirs:.2f}; RSS mcsdns {mine_rss:.0f} MB, CoreDNS {theirs_rss:.0f} MB")
+                         f"ratio {mine / theirs:.2f}; RSS mcsdns {mine_rss:.0f} MB, CoreDNS {theirs_rss:.0f} MB; "
+                         f"CPU quiet after mcsdns {mine_quiet:.2f} s, CoreDNS {theirs_quiet:.2f} s")
             if n == 0 and args.changes:
                 for label, r in propagation(suite, spec, args.changes, f"v{n}").items():
                     line = (f"{version:<9} {size:>6} imports: propagation {label}: p50 {r['p50_ms']} ms, "

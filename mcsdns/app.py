@@ -44,6 +44,7 @@ class App:
             self.store,
         )
         self.store.listener = self.table.on_change
+        self.table.defer = True  # serve from the sync on; the rest is compiled between queries (_compile_behind)
         self.metrics = Metrics(self.registry)
         self.table.on_programmed = self.metrics.programmed
         if config.uses_api and not config.manifests:
@@ -156,10 +157,29 @@ class App:
         # No collection first: it would scan every object of the sync (0.13 s at 10k imports, before
         # the first answer) to free the few cycles the sync left (147 objects at 10k), which stay.
         gc.freeze()
+        if not dns:  # the --workers supervisor: its workers are forked from a table compiled whole
+            self.table.compile_behind(float("inf"))
+            gc.freeze()
         for host, port in self.config.listen if dns else ():
             await self.server.listen(host, port)
         if self.config.http_listen is not None:
             await self.admin.listen(*self.config.http_listen)
+        if self.table.behind:
+            self._spawn(self._compile_behind(), "compile")
+
+    async def _compile_behind(self) -> None:
+        """Compile what the sync left (Table.compile_behind) in slices of ~5 ms, answering queries between
+        them; the collector paused throughout (as for the sync: no cycles to find among what a compile
+        allocates), and what it compiled frozen with the rest when done."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            while self.table.compile_behind(0.005):
+                await asyncio.sleep(0)
+        finally:
+            if collecting:
+                gc.enable()
+        gc.freeze()
 
     async def _wait_for_sync(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout

@@ -224,6 +224,7 @@ class Discovery:
 
     def names(self, key: tuple[str, str]) -> list[str]:
         """Every name the service answers (fully qualified, each zone), from the compiled table."""
+        self.table.catch_up_service(key)  # right after the sync: compiled now if it was not yet
         svc = self.table.service(*key)
         if svc is None or not self.table.namespace_exposed(key[0]):
             return []

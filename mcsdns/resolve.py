@@ -139,7 +139,9 @@ class Resolver:
         self.forwarding = forwarding
         self.transfers: Any = None  # --transfer-to: transfer.Transfers, for AXFR/IXFR and signed queries over UDP
         self._generation = table.generation
-        self._synced = table.synced  # as of this generation: syncing compiles everything, a new generation
+        # As of this generation: `children` and `owned` tell every absent name (`Table.settled`: synced, and
+        # the services the sync left for later compiled; both steps make a new generation).
+        self._synced = table.settled
         # The caches keep what a hit returns in two dicts under one key: the reply's bytes (or pieces) apart
         # from the parsed query, so the first holds no object the cyclic collector scans (see `_store`).
         self._packets: dict[bytes, bytes] = {}  # query[2:] -> reply[2:]; see RoundRobinResolver too
@@ -330,7 +332,7 @@ class Resolver:
     def flush(self) -> None:
         """Forget every cached reply (the table changed)."""
         self._generation = self.table.generation
-        self._synced = self.table.synced
+        self._synced = self.table.settled
         self._clear_packets()
         self._sighted = array("q", bytes(8 * SIGHTED_SLOTS))
         self._packet_bytes = 0
@@ -487,6 +489,13 @@ class Resolver:
         if q.qclass != CLASS_IN or q.qtype in (AXFR, IXFR):
             return error_reply(q.raw, REFUSED, q)
         reversed_ = zwire in table.reverse_zones  # --reverse-cidr
+        if table.behind and not reversed_:
+            # Right after the sync: the service this name is of may not be compiled yet (Table.catch_up).
+            # Compiled now, it answers from the table, and `absent` below reads its `owned` entry.
+            table.catch_up(q.lname, len(zwire))
+            body = table.answers.get(key)
+            if body is not None:
+                return self.reply(q, body, limit)
         if q.qtype != vocab.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
             # A name that cannot exist, told from its shape (random-subdomain floods): the shared
             # NXDOMAIN body, without the zone logic. Not in the negative cache, and in the packet

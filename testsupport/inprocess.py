@@ -24,16 +24,19 @@ KINDS = ("Namespace", "ServiceImport", "EndpointSlice")
 def build_table(manifests: Iterable[Path] = (), objects: Iterable[object] = (), *, zones: tuple[str, ...] = ZONES,
                 ttl: int = 5, namespaces: frozenset[str] | None = None, ns_addresses: tuple[str, ...] = NS_ADDRESSES,
                 local_cluster: str | None = None, reverse_cidrs: tuple[str, ...] = (), synced: bool = False,
-                on_error: Callable[[str], None] | None = None, compile_changes: bool = True) -> Table:
+                on_error: Callable[[str], None] | None = None, compile_changes: bool = True,
+                defer: bool = False) -> Table:
     """A Table over a fresh Store, fed `manifests` (read once, as --manifests does) then `objects`.
 
     `objects` are manifest dicts (converted as a source would) or already converted objects.
     `synced` marks every kind synced, as a source does after its first list (manifest files do it
     themselves). `compile_changes=False` leaves the store unwired, so nothing is compiled until the
-    caller asks (the compile-cost script times that step alone).
+    caller asks (the compile-cost script times that step alone). `defer=True`: as the server's
+    table, the sync leaves services `behind` (`Table.compile_behind` compiles them; queries catch up).
     """
     store = Store()
     table = Table(TableConfig(zones, ttl, namespaces, ns_addresses, local_cluster, reverse_cidrs), store)
+    table.defer = defer
     if compile_changes:
         store.listener = table.on_change
     if synced:

@@ -1,0 +1,122 @@
+"""The server answers from the sync on, before every service is compiled (no sockets).
+
+A server's table (`Table.defer`, as `App` sets it) compiles at the sync only what it must and leaves
+the other services `behind`: `compile_behind` compiles them between queries, and a question that
+reaches one of them first compiles it (`Table.catch_up`). These tests hold every reply given while
+services are behind to the reply of a table compiled whole at the sync, byte for byte, in any order
+of questions and slices, through changes; and the table left when all is compiled to that table.
+"""
+
+from __future__ import annotations
+
+import random
+
+import dns.message
+import dns.rcode
+
+from mcsdns.resolve import Resolver
+from testsupport.inprocess import build_resolver
+from test_resolve_lanes import CHILD_TYPES, absent_children, contract_questions, edns_query, mixed_case, plain_query
+from test_zone import FIXTURES
+
+MANIFESTS = [FIXTURES / "contract.yaml"]
+OPTIONS = dict(namespaces=frozenset({"testns"}), ttl=5)
+
+
+def pair() -> tuple[Resolver, Resolver]:
+    """(a table compiled whole at the sync, a deferred one with every service behind), one SOA serial."""
+    whole = build_resolver(MANIFESTS, **OPTIONS)
+    deferred = build_resolver(MANIFESTS, defer=True, **OPTIONS)
+    deferred.table.set_serial(whole.table.serial)
+    return whole, deferred
+
+
+def questions(table) -> list[tuple[str, int]]:
+    """The contract's questions, names one label below each service (the flood's shape), services that
+    do not exist, per-endpoint names, port names: every name the deferred table could get wrong."""
+    names = [name for name, _ in contract_questions()] + absent_children(table)
+    return [(name, qtype) for name in dict.fromkeys(names) for qtype in (1, 28, 33, 6, 16, 255)]
+
+
+def test_the_sync_leaves_services_behind_and_the_lanes_wait():
+    whole, deferred = pair()
+    table = deferred.table
+    assert table.synced and not table.settled
+    assert table.behind == set(table.store.imports) > set(whole.table.owned), "nothing compiled at the sync"
+    assert not table.owned and not table.children
+    generation = table.generation
+    while table.compile_behind(0):  # one service per slice
+        assert table.behind and not table.settled
+    assert table.settled and table.generation == generation + 1  # the resolver then takes its lanes again
+    assert table.answers == whole.table.answers
+    assert table.owned == whole.table.owned and table.children == whole.table.children
+
+
+def test_every_reply_while_services_are_behind_is_the_whole_tables():
+    """Questions in random order and letter case, plain and with EDNS, with slices compiled between
+    them: each reply is byte for byte the one the table compiled whole gives."""
+    for seed in range(5):
+        rng = random.Random(seed)
+        whole, deferred = pair()
+        asked = questions(whole.table)
+        rng.shuffle(asked)
+        caught = 0
+        for i, (name, qtype) in enumerate(asked):
+            spelled = mixed_case(name, rng) if rng.random() < 0.5 else name
+            qid = rng.randrange(65536)
+            for packet in (plain_query(spelled, qtype, qid), edns_query(spelled, qtype)):
+                behind = len(deferred.table.behind)
+                assert deferred.handle(packet) == Resolver(whole.table).handle(packet), (seed, spelled, qtype)
+                caught += behind - len(deferred.table.behind)
+            if rng.random() < 0.02:
+                deferred.table.compile_behind(0)
+        assert caught, "no question caught a service up: the test asked nothing behind"
+        while deferred.table.compile_behind(0):
+            pass
+        for name, qtype in asked:  # and after: the lanes are back
+            packet = plain_query(name, qtype)
+            assert deferred.handle(packet) == Resolver(whole.table).handle(packet), (name, qtype)
+
+
+def test_a_flood_of_absent_children_catches_each_service_up_once():
+    """Names one label below a behind service are NXDOMAIN from the first (CoreDNS's answer), and the
+    first compiles the service: the rest take the compiled indexes."""
+    whole, deferred = pair()
+    table = deferred.table
+    for name in absent_children(whole.table):
+        for qtype in CHILD_TYPES:
+            packet = plain_query(name, qtype)
+            assert deferred.handle(packet) == Resolver(whole.table).handle(packet), (name, qtype)
+    assert not table.behind  # every service had a name asked: all caught up, none compiled by a slice
+    assert table.owned == whole.table.owned
+
+
+def test_changes_while_services_are_behind():
+    """A service deleted, one changed and one added before their turn: compiled by the change, gone
+    from `behind`, and every reply the whole table's after the same changes."""
+    whole, deferred = pair()
+    behind = sorted(deferred.table.behind)
+    assert len(behind) >= 3
+    gone, changed = behind[0], behind[1]
+    for r in (whole, deferred):
+        store = r.table.store
+        store.delete("ServiceImport", *gone)
+        imp = store.imports[changed]
+        store.apply(imp.__class__(imp.namespace, imp.name, imp.headless, ("10.99.0.1",), imp.ports))
+        r.table.set_serial(12345)
+    assert gone not in deferred.table.behind and changed not in deferred.table.behind
+    assert changed in deferred.table.owned and gone not in deferred.table.owned
+    for name, qtype in questions(whole.table) + [(f"{gone[1]}.{gone[0]}.svc.clusterset.local", 1)]:
+        packet = plain_query(name, qtype)
+        assert deferred.handle(packet) == Resolver(whole.table).handle(packet), (name, qtype)
+    reply = dns.message.from_wire(deferred.handle(plain_query(f"x.{gone[1]}.{gone[0]}.svc.clusterset.local", 1)))
+    assert reply.rcode() == dns.rcode.NXDOMAIN
+    while deferred.table.compile_behind(0):
+        pass
+    assert deferred.table.owned.keys() == whole.table.owned.keys()
+
+
+def test_reverse_zones_compile_everything_at_the_sync():
+    """--reverse-cidr: PTR questions name an address, not a service to catch up: nothing is deferred."""
+    r = build_resolver(MANIFESTS, defer=True, reverse_cidrs=("10.0.0.0/8",), **OPTIONS)
+    assert r.table.settled and r.table.owned
