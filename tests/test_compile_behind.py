@@ -5,6 +5,7 @@ the other services `behind`: `compile_behind` compiles them between queries, and
 reaches one of them first compiles it (`Table.catch_up`). These tests hold every reply given while
 services are behind to the reply of a table compiled whole at the sync, byte for byte, in any order
 of questions and slices, through changes; and the table left when all is compiled to that table.
+The last one asks a real server over UDP and TCP while it compiles 20,000 imports.
 """
 
 from __future__ import annotations
@@ -120,3 +121,51 @@ def test_reverse_zones_compile_everything_at_the_sync():
     """--reverse-cidr: PTR questions name an address, not a service to catch up: nothing is deferred."""
     r = build_resolver(MANIFESTS, defer=True, reverse_cidrs=("10.0.0.0/8",), **OPTIONS)
     assert r.table.settled and r.table.owned
+
+
+def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
+    """A real server from a manifests file of 20,000 imports: questions asked as soon as it answers, while
+    most services are not compiled yet (its metrics say so), get exactly the bytes the same questions get
+    once everything is compiled; the last import's address among them."""
+    from benchmarks.dataset import Spec, headless_name, svc_name, vip4, write_manifests
+    from testsupport.serverproc import Server, eventually, exchange
+
+    spec = Spec(imports=20000, headless=(10, 100, 1000))
+    manifests = write_manifests(spec, tmp_path / "set.json")
+    last = spec.imports - 1
+    names = [(svc_name(spec, last), t) for t in ("A", "AAAA", "SRV", "TXT")]
+    names += [(f"_http._tcp.{svc_name(spec, last - 1)}", "SRV"), (f"x.{svc_name(spec, last - 2)}", "A"),
+              (f"pod-0.east.{svc_name(spec, last - 3)}", "A"), (svc_name(spec, 123), "A"),
+              (svc_name(spec, spec.imports + 5), "A"), (f"pod-5.east.{headless_name(100)}", "A"),
+              (headless_name(1000), "A"), (headless_name(10), "SRV")]
+    packets = []
+    for i, (name, qtype) in enumerate(names):
+        q = dns.message.make_query(name, qtype, use_edns=0, payload=1232)
+        q.id = i
+        packets.append(q.to_wire())
+    server = Server("--manifests", str(manifests))
+    server.start(timeout=180)
+    try:
+        during = [exchange(server, packet, tcp) for packet in packets for tcp in (False, True)]
+        # Services compile in the manifests' order, these last; a question compiles its own first. Fewer
+        # than all but the 4 asked about compiled by now: they were all behind when asked.
+        total = spec.imports + len(spec.headless)
+        compiled = metric(server, "mcsdns_compiled_services")
+        assert compiled <= total - 5, f"{compiled} of {total} services compiled already: the questions missed the window"
+        first = dns.message.from_wire(during[0])
+        assert first.rcode() == dns.rcode.NOERROR and vip4(last) in first.answer[0].to_text()
+        assert dns.message.from_wire(during[2 * 5]).rcode() == dns.rcode.NXDOMAIN  # a child of a service: none
+        assert dns.message.from_wire(during[2 * 8]).rcode() == dns.rcode.NXDOMAIN  # no such import
+        eventually(lambda: metric(server, "mcsdns_compiled_services") == total or None, timeout=60)
+        after = [exchange(server, packet, tcp) for packet in packets for tcp in (False, True)]
+        for i, (a, b) in enumerate(zip(during, after)):
+            assert a == b, (names[i // 2], "tcp" if i % 2 else "udp")
+    finally:
+        server.stop()
+
+
+def metric(server, name: str) -> float:
+    """One sample's value from the server's /metrics."""
+    status, text = server.http("/metrics")
+    assert status == 200
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
