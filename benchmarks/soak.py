@@ -45,6 +45,7 @@ import os
 import queue as queue_mod
 import random
 import select
+import shutil
 import socket
 import struct
 import sys
@@ -860,6 +861,7 @@ def soak(args: argparse.Namespace) -> dict:
             mcsdns.stop(10)
         if testbed is not None:
             testbed.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # the manifests and the server's log (every run left one behind)
 
 
 def _q(values: list[float], q: float) -> float | None:
