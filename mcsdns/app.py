@@ -45,6 +45,8 @@ class App:
         )
         self.store.listener = self.table.on_change
         self.table.defer = True  # serve from the sync on; the rest is compiled between queries (_compile_behind)
+        self.table.on_behind = self._left_behind
+        self._listening = False  # start() is done: the DNS listeners are open
         self.metrics = Metrics(self.registry)
         self.table.on_programmed = self.metrics.programmed
         if config.uses_api and not config.manifests:
@@ -157,14 +159,18 @@ class App:
         # No collection first: it would scan every object of the sync (0.13 s at 10k imports, before
         # the first answer) to free the few cycles the sync left (147 objects at 10k), which stay.
         gc.freeze()
-        if not dns:  # the --workers supervisor: its workers are forked from a table compiled whole
-            self.table.compile_behind(float("inf"))
-            gc.freeze()
         for host, port in self.config.listen if dns else ():
             await self.server.listen(host, port)
         if self.config.http_listen is not None:
             await self.admin.listen(*self.config.http_listen)
+        self._listening = True
         if self.table.behind:
+            self._spawn(self._compile_behind(), "compile")
+
+    def _left_behind(self) -> None:
+        """Table.on_behind: the sync left services to compile. At start-up `start` compiles them once the
+        listeners are open; a sync after that (the API was out past --startup-timeout) has them compiled now."""
+        if self._listening:
             self._spawn(self._compile_behind(), "compile")
 
     async def _compile_behind(self) -> None:

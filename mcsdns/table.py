@@ -187,6 +187,7 @@ class Table:
         self.behind: set[ServiceKey] = set()  # synced, served, not compiled yet (and so not in `owned`)
         self._behind_order: list[ServiceKey] = []  # `behind` in compile order (a set has none)
         self._behind_at = 0  # how far `compile_behind` went in `_behind_order`
+        self.on_behind: Callable[[], None] | None = None  # the sync left services behind (App compiles them)
         self._compile_apex()
 
     # ----------------------------------------------------------------- ZoneView
@@ -357,6 +358,8 @@ class Table:
         self.bump(None)
         log.info("synced: compiled %d services in %.2fs%s", len(self.store.imports) - len(self.behind),
                  time.monotonic() - started, f", {len(self.behind)} more to compile while serving" if self.behind else "")
+        if self.behind and self.on_behind is not None:
+            self.on_behind()
 
     def compile_behind(self, budget: float) -> bool:
         """Compile services left `behind` by the sync, for about `budget` seconds (at least one

@@ -117,6 +117,26 @@ def test_changes_while_services_are_behind():
     assert deferred.table.owned.keys() == whole.table.owned.keys()
 
 
+def test_the_sync_tells_its_owner_what_it_left():
+    """`on_behind` is called once, at the sync, when services are left (the App then compiles them: at
+    start-up once listening, or at once for a sync that comes after it), and not when nothing is."""
+    from test_resolve_lanes import objects_of_contract
+    from testsupport.inprocess import KINDS, build_table
+
+    calls = []
+    table = build_table(objects=objects_of_contract(), defer=True, **OPTIONS)
+    table.on_behind = lambda: calls.append(set(table.behind))
+    assert not table.synced and not calls
+    for kind in KINDS:
+        table.store.mark_synced(kind)
+    assert calls == [set(table.store.imports)] and table.behind
+    empty = build_table(defer=True, **OPTIONS)
+    empty.on_behind = lambda: calls.append("empty")
+    for kind in KINDS:
+        empty.store.mark_synced(kind)
+    assert empty.settled and calls[-1] != "empty"
+
+
 def test_reverse_zones_compile_everything_at_the_sync():
     """--reverse-cidr: PTR questions name an address, not a service to catch up: nothing is deferred."""
     r = build_resolver(MANIFESTS, defer=True, reverse_cidrs=("10.0.0.0/8",), **OPTIONS)

@@ -83,3 +83,6 @@ def test_user_without_cluster_role_is_not_ready(testbed: Testbed, fresh_namespac
         bind(testbed, role_name, user)
         server.wait_until_ready(timeout=30)
         assert server.answer(fqdn("web", fresh_namespace)) == a("10.8.1.1")
+        # The sync, long after start-up, left its services to compile after it: they are, not only when asked.
+        assert "more to compile while serving" in server.log()
+        eventually(lambda: "compiled every service" in server.log(), 10, what="the compile after a late sync")
