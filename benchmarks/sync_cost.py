@@ -61,15 +61,17 @@ def time_servers(args: argparse.Namespace, work: Path, kubeconfig: Path,
             times[label].append(seconds)
             log(f"round {round_ + 1} {label}: synced in {seconds:.2f}s ({cpu[label][-1]:.2f} s CPU); "
                 f"CPU quiet after {quiet[label][-1][0]:.2f} s ({quiet[label][-1][1]:.2f} s CPU)")
+    figures = {}
     for label in labels:
         v = times[label]
+        quiet_at = statistics.median(q[0] for q in quiet[label])
         print(f"{args.imports} imports, {label}: sync min {min(v):.2f} s, median {statistics.median(v):.2f} s, "
               f"max {max(v):.2f} s over {len(v)} rounds (cpu {args.cpu or 'any'}); CPU used by then: median "
               f"{statistics.median(cpu[label]):.2f} s; CPU quiet after: median "
-              f"{statistics.median(q[0] for q in quiet[label]):.2f} s, {statistics.median(q[1] for q in quiet[label]):.2f} s "
+              f"{quiet_at:.2f} s, {statistics.median(q[1] for q in quiet[label]):.2f} s "
               f"CPU; RSS then {max(rss[label]):.0f} MB")
-    return {label: (statistics.median(times[label]), statistics.median(cpu[label]), max(rss[label]),
-                    statistics.median(q[0] for q in quiet[label])) for label in labels}
+        figures[label] = (statistics.median(v), statistics.median(cpu[label]), max(rss[label]), quiet_at)
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,7 +44,9 @@ class App:
             self.store,
         )
         self.store.listener = self.table.on_change
-        self.table.defer = True  # serve from the sync on; the rest is compiled between queries (_compile_behind)
+        # Serve from the sync on; the rest is compiled between queries (_compile_behind). Not under --workers,
+        # whose supervisor is this App: its workers are forked from its table or take its answers by updates.
+        self.table.defer = config.workers <= 1
         self.table.on_behind = self._left_behind
         self._listening = False  # start() is done: the DNS listeners are open
         self.metrics = Metrics(self.registry)

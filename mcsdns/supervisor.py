@@ -179,7 +179,6 @@ class Supervisor:
 
     async def main(self) -> None:
         app = self.app = App(self.config)
-        app.table.defer = False  # compiled whole at the sync: the workers are forked from it, or take it by updates
         app.store.listener = self._relay
         app.admin = WorkersAdmin(app.registry, self.readiness, app.discovery.routes(), scrape=self.metrics)
         if app.notifier is not None:

@@ -38,7 +38,7 @@ import logging
 import struct
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Protocol, TypeVar
+from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
 from . import compile as zone
 from . import plain, reverse, vocab
@@ -185,8 +185,7 @@ class Table:
         # is filled by compiling, and a PTR question names an address, not the service to catch up.
         self.defer = False
         self.behind: set[ServiceKey] = set()  # synced, served, not compiled yet (and so not in `owned`)
-        self._behind_order: list[ServiceKey] = []  # `behind` in compile order (a set has none)
-        self._behind_at = 0  # how far `compile_behind` went in `_behind_order`
+        self._behind_keys: Iterator[ServiceKey] | None = None  # `behind` in compile order (a set has none)
         self.on_behind: Callable[[], None] | None = None  # the sync left services behind (App compiles them)
         self._compile_apex()
 
@@ -340,15 +339,17 @@ class Table:
         started = time.monotonic()
         self.local = self._local_cluster()
         early, self._early, self._pending = self._early, set(), set()
-        defer = self.deferring
+        left: list[ServiceKey] = []
+        defer = self.deferring  # (then nothing was compiled early: `owned` is empty)
         for key in [*self.store.imports, *(k for k in self.owned if k not in self.store.imports)]:
             if key in early:
                 continue
-            if defer and key not in self.owned:  # (a stale early compile is replaced now: it would be served)
-                self._behind_order.append(key)
+            if defer:
+                left.append(key)
             else:
                 self.compile(key)
-        self.behind = set(self._behind_order)
+        self.behind = set(left)
+        self._behind_keys = iter(left) if left else None
         if self.on_programmed is not None:
             for key, trigger in triggers.items():
                 imp = self.store.imports.get(key)
@@ -365,23 +366,20 @@ class Table:
         """Compile services left `behind` by the sync, for about `budget` seconds (at least one
         service); True while some are left. The end makes a new generation: the resolver's
         shortcuts that read `children` wait for it (`settled`)."""
+        if self._behind_keys is None:
+            return False
         deadline = time.monotonic() + budget
-        order, behind = self._behind_order, self.behind
-        at = self._behind_at
-        while behind and at < len(order):
-            key = order[at]
-            at += 1
+        behind = self.behind
+        for key in self._behind_keys if behind else ():
             if key in behind:  # (else compiled since: a change, or a question's `catch_up`)
                 self.compile(key)
-                if time.monotonic() >= deadline:
+                if not behind or time.monotonic() >= deadline:
                     break
-        self._behind_at = at
         if behind:
             return True
-        if order:
-            self._behind_order, self._behind_at = [], 0
-            self.generation += 1
-            log.info("compiled every service (%d)", len(self.owned))
+        self._behind_keys = None
+        self.generation += 1
+        log.info("compiled every service (%d)", len(self.owned))
         return False
 
     def catch_up(self, lname: bytes, zone_len: int) -> None:
@@ -392,9 +390,7 @@ class Table:
         starts = _label_starts(lname, end)
         if not 3 <= len(starts) <= 5 or lname[starts[-1] : end] != b"\x03svc":
             return
-        key = (lname[starts[-2] + 1 : starts[-1]].decode("latin-1"), lname[starts[-3] + 1 : starts[-2]].decode("latin-1"))
-        if key in self.behind:
-            self.compile(key)
+        self.catch_up_service(_service_key(lname, starts))
 
     def catch_up_service(self, key: ServiceKey) -> None:
         """`catch_up` for a service named by its key (the discovery endpoints read its compiled names)."""
@@ -598,11 +594,7 @@ class Table:
         if last == b"\x03svc":
             if count <= 2 or count >= 6:
                 return count >= 6
-            at = starts[-3]
-            service = lname[at + 1 : starts[-2]].decode("latin-1")
-            namespace = lname[starts[-2] + 1 : starts[-1]].decode("latin-1")
-            key = (namespace, service)
-            if key not in self.owned:
+            if _service_key(lname, starts) not in self.owned:
                 return True
             return count == 4
         
@@ -657,6 +649,11 @@ def _label_starts(lname: bytes, end: int) -> list[int]:
         starts.append(i)
         i += lname[i] + 1
     return starts
+
+
+def _service_key(lname: bytes, starts: list[int]) -> ServiceKey:
+    """(namespace, service) of `<service>.<namespace>.svc` ending at `starts[-1]` (`_label_starts`)."""
+    return (lname[starts[-2] + 1 : starts[-1]].decode("latin-1"), lname[starts[-3] + 1 : starts[-2]].decode("latin-1"))
 
 
 def _label_boundary(lname: bytes, at: int) -> bool:
