@@ -13,6 +13,7 @@ import asyncio
 import gc
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -28,11 +29,15 @@ from .store import Store
 from .table import Table, TableConfig
 from .transport import DnsServer, TcpLimits, server_label
 
+if TYPE_CHECKING:
+    from .sources.kube import KubeSource
+
 log = logging.getLogger(__name__)
 
 
 class App:
-    def __init__(self, config: Config, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, config: Config, registry: CollectorRegistry | None = None, source: KubeSource | None = None) -> None:
+        """`source`: the Kubernetes source `cli._begin_source` began before the App was built (`KubeSource.begin`)."""
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()
         self.stop_event = asyncio.Event()
@@ -90,7 +95,8 @@ class App:
                 self.table.on_bump = self.notifier.changed
         self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder,
                                    self.server.tcp, self.store.condition_counts))
-        self.source = self._make_source()
+        self.source = source.attach(self.store, self.metrics) if source is not None else self._make_source()
+        self._begun_early = source is not None  # cli paused the collector with it (start resumes it)
         if config.dns_sd:
             from .dnssd import DnsSd
 
@@ -140,8 +146,9 @@ class App:
         # The initial list or load allocates millions of objects that all live on, with no cycles
         # among them: the cyclic collector, triggered by the allocations alone, would scan the
         # growing store again and again for nothing (a third of the list's CPU at 10k imports).
-        # It is paused until the sync (or the startup timeout); the collection below follows.
-        collecting = gc.isenabled()
+        # It is paused until the sync (or the startup timeout); the collection below follows. A source
+        # begun before the App (cli._begin_source) was begun with the collector paused already.
+        collecting = gc.isenabled() or self._begun_early
         gc.disable()
         try:
             if isinstance(self.source, ManifestSource):

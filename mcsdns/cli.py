@@ -7,16 +7,20 @@ or configuration.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import gc
 import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
-from . import __version__, dispatch
+from . import __version__
 from .config import Config, ConfigError
 from .flagsfile import FlagsFileError, resolve
-from .options import add_arguments, config_values
+from .options import add_arguments, config_values, subset
+
+if TYPE_CHECKING:
+    from .sources.kube import KubeSource
 
 log = logging.getLogger("mcsdns")
 
@@ -36,9 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--flags-file", metavar="PATH",
         help="read serve flags from this file (one flag, or `--flag value`, per line; '#' comments), in its place "
         "on the command line: flags after it win (a repeatable flag given after it replaces the file's values)")
-    from .zonefile import add_arguments as zone_arguments
-
-    zone_arguments(sub.add_parser(
+    _zone_arguments(sub.add_parser(
         "zone", help="print the zone as an RFC 1035 zone file",
         description="Print the clusterset zone as an RFC 1035 zone file: every record mcsdns would answer, compiled "
         "from manifests (or one list of the Kubernetes API) exactly as `serve` compiles them. Names that exist only "
@@ -47,6 +49,45 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)  # `imports` and `explain`: clients of a running server's admin API
     return parser
+
+
+# `mcsdns zone` (zonefile.py) takes the source and zone flags of `serve`, declared there; the help says
+# what differs for a one-off print. Declared here, not in zonefile.py, whose imports (dnslib,
+# prometheus_client, the table) would otherwise delay a server's first requests to the API.
+ZONE_OPTIONS = subset(
+    ("--manifests", "--kubeconfig", "--context", "--labels", "--ttl", "--namespaces", "--ns-address",
+     "--ips-from-slices", "--dns-sd"),
+    {"--manifests": "file or directory of manifests (repeatable); default: the bundled example",
+     "--kubeconfig": "list the cluster of this kubeconfig once instead",
+     "--ns-address": "address(es) of ns.dns.<zone> (default: POD_IP(S), else 127.0.0.1)"},
+)
+
+
+def _zone_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `zone` subcommand's flags: the source and zone flags of `serve`, with the same meaning."""
+    add_arguments(parser, ZONE_OPTIONS, grouped=False)
+    parser.add_argument("--zone", metavar="NAME", default="clusterset.local", help="zone to print (default clusterset.local)")
+    parser.add_argument("--timeout", metavar="SECONDS", type=float, default=30.0,
+                        help="with --kubeconfig: give up if the first list is not complete after this long (default 30)")
+
+
+def _zone(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`mcsdns zone`; exit codes as for serve: 0 printed, 1 the source could not be read, 2 bad flags."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        config = Config(zones=(args.zone.lower().rstrip("."),), **config_values(args, ZONE_OPTIONS)).validate()
+        if not 0 < args.timeout <= 3600:
+            raise ConfigError(f"--timeout must be in range (0, 3600] seconds: {args.timeout}")
+    except ConfigError as exc:
+        parser.error(str(exc))
+    from .zonefile import ZoneSourceError, run
+
+    try:
+        run(config, sys.stdout, args.timeout)
+    except ZoneSourceError as exc:
+        print(f"mcsdns zone: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -66,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         except FlagsFileError as exc:
             parser.error(str(exc))  # exits 2 with usage and the file, line and reason
     if args.command == "zone":
-        from .zonefile import main as zone_main
-
-        return zone_main(args, parser)
+        return _zone(args, parser)
     run = getattr(args, "run", None)
     if run is not None:  # a client subcommand: no server config
         return run(args)
@@ -87,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             from .supervisor import supervise
 
             return supervise(config, _run_loop)
-        _run_loop(_serve(config))
+        _run_loop(_serve(config, _begin_source(config)))
     except ConfigError as exc:  # found while starting, e.g. an --upstream that is this server (a loop)
         log.error("cannot start: %s", exc)
         return 2
@@ -102,7 +141,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_loop(main_coro) -> None:
     """asyncio.run on dispatch.py's loop (UDP readers called from the selector), or on uvloop when
-    MCSDNS_LOOP=uvloop and it is installed (measured: docs/performance.md)."""
+    MCSDNS_LOOP=uvloop and it is installed (measured: docs/performance.md).
+
+    asyncio is imported here, after `_begin_source`, not at the top: the API server's first lists are
+    then asked for ~10 ms sooner (asyncio's imports, inspect's among them, on an idle machine)."""
+    import asyncio
+
+    from . import dispatch
+
     if os.environ.get("MCSDNS_LOOP", "").lower() == "uvloop":
         try:
             import uvloop
@@ -114,10 +160,31 @@ def _run_loop(main_coro) -> None:
         return runner.run(main_coro)
 
 
-async def _serve(config: Config) -> None:
+def _begin_source(config: Config) -> KubeSource | None:
+    """The Kubernetes source, its first requests sent before the App is imported and built (None: the
+    manifests are the source). The API server prepares its first lists meanwhile, which on a server that
+    answers lists whole takes longer than the App's imports and construction (~0.1 s): the sync ends
+    that much sooner (benchmarks.sync_cost). The App takes it over (`KubeSource.attach`, then `run`).
+
+    The collector is paused here, as `App.start` pauses it for the sync (and resumes it after): the
+    threads may convert objects of the lists before `App.start` runs."""
+    if not config.uses_api or config.manifests:
+        return None
+    from .config import kube_settings
+    from .sources.kube import KubeSource
+
+    source = KubeSource(kube_settings(config))
+    gc.disable()
+    source.begin()
+    return source
+
+
+async def _serve(config: Config, source: KubeSource | None = None) -> None:
+    import asyncio
+
     from .app import App
 
-    app = App(config)
+    app = App(config, source=source)
     loop = asyncio.get_running_loop()
     signals = {"count": 0}
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 DEFAULT_SERVER = "http://127.0.0.1:9153"
@@ -27,6 +25,9 @@ class ClientError(Exception):
 
 def fetch(server: str, path: str, params: dict[str, str] | None = None, timeout: float = TIMEOUT) -> dict:
     """GET `server``path`?params and decode its JSON; ClientError with a readable reason otherwise."""
+    import urllib.error  # here, not at the top: `mcsdns serve` imports this module for its parser only
+    import urllib.request
+
     base = server if "://" in server else f"http://{server}"
     url = base.rstrip("/") + path + ("?" + urllib.parse.urlencode(params) if params else "")
     try:

@@ -23,10 +23,7 @@ exactly `zone_records`, so a secondary has the records of this file.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
-import sys
 import time
 from collections.abc import Iterator
 from typing import TextIO
@@ -35,8 +32,8 @@ from dnslib import AAAA, NS, PTR, QTYPE, RR, SOA, SRV, TXT, A, DNSLabel
 from prometheus_client import CollectorRegistry
 
 from . import compile as zone
-from . import options, vocab
-from .config import Config, ConfigError, advertised_addresses, kube_settings
+from . import vocab
+from .config import Config, advertised_addresses, kube_settings
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
 from .table import Table, TableConfig
@@ -200,38 +197,3 @@ def run(config: Config, out: TextIO, timeout: float = 30.0) -> int:
         table.dnssd = DnsSd(table)
         table.dnssd.full()
     return write_zone(out, table, name, ns_addresses, config.describe_source())
-
-
-# The source and zone flags of `serve`, declared there; the help says what differs for a one-off print.
-ZONE_OPTIONS = options.subset(
-    ("--manifests", "--kubeconfig", "--context", "--labels", "--ttl", "--namespaces", "--ns-address",
-     "--ips-from-slices", "--dns-sd"),
-    {"--manifests": "file or directory of manifests (repeatable); default: the bundled example",
-     "--kubeconfig": "list the cluster of this kubeconfig once instead",
-     "--ns-address": "address(es) of ns.dns.<zone> (default: POD_IP(S), else 127.0.0.1)"},
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `zone` subcommand's flags: the source and zone flags of `serve`, with the same meaning."""
-    options.add_arguments(parser, ZONE_OPTIONS, grouped=False)
-    parser.add_argument("--zone", metavar="NAME", default="clusterset.local", help="zone to print (default clusterset.local)")
-    parser.add_argument("--timeout", metavar="SECONDS", type=float, default=30.0,
-                        help="with --kubeconfig: give up if the first list is not complete after this long (default 30)")
-
-
-def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Exit codes as for serve: 0 printed, 1 the source could not be read, 2 bad flags."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        config = Config(zones=(args.zone.lower().rstrip("."),), **options.config_values(args, ZONE_OPTIONS)).validate()
-        if not 0 < args.timeout <= 3600:
-            raise ConfigError(f"--timeout must be in range (0, 3600] seconds: {args.timeout}")
-    except ConfigError as exc:
-        parser.error(str(exc))
-    try:
-        run(config, sys.stdout, args.timeout)
-    except ZoneSourceError as exc:
-        print(f"mcsdns zone: {exc}", file=sys.stderr)
-        return 1
-    return 0

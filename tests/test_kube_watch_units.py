@@ -24,7 +24,7 @@ from kubernetes.client import Configuration
 
 from mcsdns.objects import ServiceImport
 from mcsdns.sources import kubeapi, watching
-from mcsdns.sources.kube import KubeSettings, KubeSource
+from mcsdns.sources.kube import KubeSettings, KubeSource, SourceCrashed
 from mcsdns.sources.watching import (
     Backoff,
     Bookmark,
@@ -401,6 +401,26 @@ def test_run_returns_promptly_when_stopped(monkeypatch: pytest.MonkeyPatch) -> N
         assert asyncio.run(main()) < 1.0
     finally:
         blocked.set()
+
+
+def test_a_watch_thread_that_dies_before_run_stops_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source begun early (cli) whose thread dies of a bug before the loop exists: run() raises it."""
+
+    class Broken(FakeConn):
+        def open(self, path, query, accept, read_timeout):
+            raise RuntimeError("a bug in the watch")
+
+    monkeypatch.setattr("mcsdns.sources.kube.load_configuration", lambda *a: None)
+    monkeypatch.setattr("mcsdns.sources.kube.ApiConnection", lambda cfg: Broken())
+    Broken.host, Broken.close = "https://fake", lambda self: None
+    source = KubeSource(KubeSettings(), Store(), FakeMetrics())
+    source.begin()
+    deadline = time.monotonic() + 5
+    while source._crashed is None:  # died with no loop to tell
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(SourceCrashed, match="a bug in the watch"):
+        asyncio.run(asyncio.wait_for(source.run(asyncio.Event()), 5))
 
 
 # =========================================================================== stalls, on a real socket

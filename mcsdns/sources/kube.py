@@ -32,13 +32,12 @@ the `Config` by `config.kube_settings` (the sources never import the DNS side).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..objects import ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport, report_omitted, report_status_notes
 from ..relist import DeleteGrace, Relist
@@ -60,6 +59,9 @@ from .watching import (
     Watching,
     resources,
 )
+
+if TYPE_CHECKING:  # asyncio is imported by `run`: `begin` runs before anything else needs it (cli)
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -117,29 +119,72 @@ class ResourceState:
 class KubeSource:
     """Feeds the store from the API server; `run(stop)` returns promptly once `stop` is set."""
 
-    def __init__(self, settings: KubeSettings, store: Store, metrics: Any) -> None:
+    def __init__(self, settings: KubeSettings, store: Store | None = None, metrics: Any = None) -> None:
         self.settings = settings
-        self.store = store
+        # Only the loop's handlers read these: a source begun before the App exists has them attached later.
+        self.store: Store = store  # type: ignore[assignment]
         self.metrics = metrics
         self.states = {r.kind: ResourceState(r) for r in resources(settings.labels, settings.cluster_properties)}
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: ApiConnection | None = None
+        self._begin_error: Exception | None = None  # the kubeconfig could not be loaded: raised by run()
+        # Events the threads posted before run() had the loop (a source begun early), in order.
+        self._early: list[tuple[ResourceState, Event]] = []
+        self._early_lock = threading.Lock()
         self._crashed: BaseException | None = None
-        self._crash = asyncio.Event()
+        self._crash: asyncio.Event | None = None  # made by run(), on the loop
         # --delete-grace: ServiceImports deleted by the API but still served; timers run on the loop.
         self.grace = DeleteGrace(settings.delete_grace, self._call_later)
         self._status_notes: dict[tuple[str, str], tuple[str, ...]] = {}  # per import: what its status lacked, logged
 
     # ----------------------------------------------------------------- lifecycle
 
-    async def run(self, stop: asyncio.Event) -> None:
-        self._loop = asyncio.get_running_loop()
+    def attach(self, store: Store, metrics: Any) -> KubeSource:
+        """Give a source made before the App (`begin`) the App's store and metrics."""
+        self.store, self.metrics = store, metrics
+        return self
+
+    def begin(self) -> None:
+        """Connect and start the watch threads now, before `run` (which does it if not done).
+
+        `cli.main` calls this before it imports and builds the rest of the server: an API server
+        that answers lists whole takes 0.2-0.7 s to the first byte of a 10k list, and that wait
+        then overlaps the ~0.1 s of start-up still to come instead of following it. The threads'
+        events wait in `_early` until `run` has the loop. A kubeconfig that cannot be loaded is
+        raised by `run`, as it is when nothing began early.
+        """
+        if self._conn is not None or self._begin_error is not None:
+            return
         settings = self.settings
-        configuration = load_configuration(settings.kubeconfig, settings.context, settings.in_cluster)
-        conn = ApiConnection(configuration)
+        try:
+            configuration = load_configuration(settings.kubeconfig, settings.context, settings.in_cluster)
+            conn = ApiConnection(configuration)
+        except Exception as exc:  # noqa: BLE001 - raised by run(), where the App handles a source's failure
+            self._begin_error = exc
+            return
+        self._conn = conn
         log.info("watching the Kubernetes API at %s", conn.host)
         for state in self.states.values():
             self._start(state, conn)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        import asyncio
+
+        self._crash = asyncio.Event()
+        self.begin()
+        if self._begin_error is not None:
+            raise self._begin_error
+        conn = self._conn
+        assert conn is not None
+        loop = asyncio.get_running_loop()
+        with self._early_lock:  # what was posted before is queued first; then `_post` queues directly
+            for state, event in self._early:
+                loop.call_soon_threadsafe(self._handle, state, event)
+            self._early.clear()
+            self._loop = loop
+        if self._crashed is not None:
+            self._crash.set()  # a thread died before the loop was there to hear it
         try:
             stopping = asyncio.ensure_future(stop.wait())
             crashed = asyncio.ensure_future(self._crash.wait())
@@ -162,6 +207,8 @@ class KubeSource:
 
     async def _shutdown(self, conn: ApiConnection) -> None:
         """Interrupt every blocking read, then give the threads a moment to notice."""
+        import asyncio
+
         self._stop.set()
         for state in self.states.values():
             if state.watcher is not None:
@@ -206,18 +253,27 @@ class KubeSource:
         return True
 
     def _post(self, state: ResourceState, event: Event) -> bool:
-        assert self._loop is not None
+        loop = self._loop
+        if loop is None:  # begun early: run() has not taken over yet
+            with self._early_lock:
+                loop = self._loop
+                if loop is None:
+                    self._early.append((state, event))
+                    return True
         try:
-            self._loop.call_soon_threadsafe(self._handle, state, event)
+            loop.call_soon_threadsafe(self._handle, state, event)
         except RuntimeError:  # the loop is closed: the app has gone
             self._stop.set()
             return False
         return True
 
     def _post_crash(self) -> None:
-        assert self._loop is not None
+        with self._early_lock:
+            loop, crash = self._loop, self._crash
+        if loop is None or crash is None:
+            return  # run() sets the crash event when it takes over
         try:
-            self._loop.call_soon_threadsafe(self._crash.set)
+            loop.call_soon_threadsafe(crash.set)
         except RuntimeError:
             pass
 
