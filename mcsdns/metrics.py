@@ -653,6 +653,10 @@ class Metrics(Collector):
         services = GaugeMetricFamily("mcsdns_compiled_services", "Services with compiled answers.")
         services.add_metric([], len(table.owned))
         yield services
+        behind = GaugeMetricFamily("mcsdns_services_behind", "Services the initial sync left to compile while serving "
+                                   "(each is compiled when first asked, the rest between queries); 0 once all are.")
+        behind.add_metric([], len(table.behind))
+        yield behind
         synced = GaugeMetricFamily("mcsdns_synced", "1 when every watched resource completed its initial list.")
         synced.add_metric([], 1 if table.synced else 0)
         yield synced
