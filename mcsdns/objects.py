@@ -326,6 +326,44 @@ def _port(item: Any, where: str, *, required: bool, omitted: list[str]) -> Port:
     return Port(number, name, protocol)
 
 
+def _ports(raw: list, at: str, *, required: bool, omitted: list[str]) -> tuple[Port, ...]:
+    """`_port` of every item of `raw` (`at`: where the list sits), shared between objects that list the same.
+
+    Most slices of a service, and most services, list the same ports, and a sync converts every one
+    (a tenth of converting an EndpointSlice). A list whose items hold only the values `_port` reads,
+    each an exact int, str or None, is keyed by them; what it converts to is kept only when it added
+    no note to `omitted` (a note is the object's own), so a kept list never needed one. Anything else
+    takes `_port` item by item, for its exact errors and notes. Bounded: cleared when full.
+    """
+    key: list[Any] | None = [required]
+    for item in raw:
+        if type(item) is not dict:
+            key = None
+            break
+        number, name, protocol = item.get("port"), item.get("name"), item.get("protocol")
+        if type(number) not in _PORT_VALUE or type(name) not in _PORT_VALUE or type(protocol) not in _PORT_VALUE:
+            key = None
+            break
+        key += (number, name, protocol)
+    if key is not None:
+        shared = _PORT_LISTS.get(tuple(key))
+        if shared is not None:
+            return shared
+    noted = len(omitted)
+    ports = tuple(_port(item, f"{at}[{i}]", required=required, omitted=omitted) for i, item in enumerate(raw))
+    if key is not None and len(omitted) == noted:
+        if len(_PORT_LISTS) >= _SHARED_MAX:
+            _PORT_LISTS.clear()
+        _PORT_LISTS[tuple(key)] = ports
+    return ports
+
+
+_PORT_VALUE = frozenset((int, str, type(None)))  # exact types: a bool is not a port number, nor a key for one
+_PORT_LISTS: dict[tuple, tuple[Port, ...]] = {}
+# Objects and parts that many objects share (port lists, import statuses) are kept once each, up to this many.
+_SHARED_MAX = 4096
+
+
 _MAPPED_PREFIX = b"\0" * 10 + b"\xff\xff"  # ::ffff:a.b.c.d
 _inet_pton, _AF_INET = socket.inet_pton, socket.AF_INET
 _new_tuple = tuple.__new__  # Address(...) without the Python frame of NamedTuple's __new__
@@ -389,10 +427,7 @@ def to_service_import(obj: dict) -> ServiceImport:
             omitted.append(f"spec.ips[{i}]: {text!r:.80} is not an IP address; left out")
             continue
         ips.append(text)
-    ports = tuple(
-        _port(item, f"spec.ports[{i}]", required=True, omitted=omitted)
-        for i, item in enumerate(_field(spec, "ports", kind=list, default=[], at="spec"))
-    )
+    ports = _ports(_field(spec, "ports", kind=list, default=[], at="spec"), "spec.ports", required=True, omitted=omitted)
     return ServiceImport(namespace, name, kind == HEADLESS, tuple(ips), ports, omitted=tuple(omitted), changed=changed_at(obj),
                          status=import_status(obj.get("status")))
 
@@ -457,14 +492,13 @@ def import_status(raw: Any) -> ImportStatus:
     shared = _STATUSES.get(status)
     if shared is not None:
         return shared
-    if len(_STATUSES) >= _STATUSES_MAX:
+    if len(_STATUSES) >= _SHARED_MAX:
         _STATUSES.clear()
     _STATUSES[status] = status
     return status
 
 
 _STATUSES: dict[ImportStatus, ImportStatus] = {}
-_STATUSES_MAX = 4096
 
 
 def to_endpoint_slice(obj: dict) -> EndpointSlice:
@@ -536,7 +570,7 @@ def to_endpoint_slice(obj: dict) -> EndpointSlice:
         log.warning("EndpointSlice %s/%s: %d address(es) are not IP addresses and are ignored (first: %s)",
                     namespace, name, not_ips, first_bad)
     raw_ports = _list(obj, "ports", limit=MAX_SLICE_PORTS)
-    ports = tuple(_port(item, f"ports[{i}]", required=False, omitted=omitted) for i, item in enumerate(raw_ports))
+    ports = _ports(raw_ports, "ports", required=False, omitted=omitted)
     annotations = _field(obj, "metadata", "annotations", default={})
     trigger = annotations.get(ANNOTATION_TRIGGER_TIME)
     return EndpointSlice(
@@ -556,6 +590,9 @@ def changed_at(obj: dict) -> str | None:
     fields = meta.get("managedFields") if isinstance(meta, dict) else None
     if not isinstance(fields, list):
         return None
+    if len(fields) == 1:  # one writer, the common case: no list to build (a sync reads every object's)
+        stamp = fields[0].get("time") if isinstance(fields[0], dict) else None
+        return sys.intern(stamp) if isinstance(stamp, str) else None
     times = [f["time"] for f in fields if isinstance(f, dict) and isinstance(f.get("time"), str)]
     return sys.intern(max(times)) if times else None  # objects written in the same second share one string
 

@@ -133,3 +133,22 @@ def test_more_ips_than_the_mcs_api_crd_allows_are_served_up_to_a_bound() -> None
     many = convert(_import("many", [f"10.1.{i // 256}.{i % 256}" for i in range(1000)], [{"port": 80, "protocol": "TCP"}]))
     assert len(many.ips) == 256 and many.ips[-1] == "10.1.0.255"
     assert many.omitted == ("spec.ips: 1000 entries; those after the first 256 are left out",)
+
+
+def test_port_lists_shared_between_objects_keep_each_objects_notes_and_errors() -> None:
+    """The same port list converts once and is shared (objects._ports), but what an object is told about
+    its ports (a note, a refusal) is told every time, whatever was converted before."""
+    ports = [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "dns", "port": 53, "protocol": "UDP"}]
+    first, second = convert(_import("one", ["10.1.0.1"], ports)), convert(_import("two", ["10.1.0.2"], [dict(p) for p in ports]))
+    assert first.ports == (Port(80, "http", "TCP"), Port(53, "dns", "UDP")) and second.ports is first.ports
+
+    noted = [{"name": "x", "port": 81, "protocol": "HTTP"}]
+    for name in ("three", "four"):  # the note is each object's own: not lost to a kept list
+        obj = convert(_import(name, ["10.1.0.3"], noted))
+        assert obj.ports == (Port(-1),) and any("spec.ports[0].protocol" in note for note in obj.omitted), name
+
+    convert(_import("five", ["10.1.0.5"], [{"name": "one", "port": 1, "protocol": "TCP"}]))
+    for bad in ({"name": "one", "port": True, "protocol": "TCP"},  # True == 1, but no port number
+                {"name": 1, "port": 1, "protocol": "TCP"}, {"name": "one", "port": 1.0, "protocol": "TCP"}):
+        with pytest.raises(InvalidObject, match=r"spec\.ports\[0\]"):
+            convert(_import("six", ["10.1.0.6"], [bad]))

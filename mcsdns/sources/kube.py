@@ -148,11 +148,11 @@ class KubeSource:
     def begin(self) -> None:
         """Connect and start the watch threads now, before `run` (which does it if not done).
 
-        `cli.main` calls this before it imports and builds the rest of the server: an API server
-        that answers lists whole takes 0.2-0.7 s to the first byte of a 10k list, and that wait
-        then overlaps the ~0.1 s of start-up still to come instead of following it. The threads'
-        events wait in `_early` until `run` has the loop. A kubeconfig that cannot be loaded is
-        raised by `run`, as it is when nothing began early.
+        `cli._begin_source` calls this before the rest of the server is imported and built: an API
+        server that answers lists whole encodes a large one before its first byte (the notes in
+        benchmarks/results/versions.txt time it), and that wait then overlaps the ~0.1 s of start-up
+        still to come instead of following it. The threads' events wait in `_early` until `run` has
+        the loop. A kubeconfig that cannot be loaded is raised by `run`, as when nothing began early.
         """
         if self._conn is not None or self._begin_error is not None:
             return
