@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import __version__
-from .config import Config, ConfigError
+from .config import Config, ConfigError, kube_settings
 from .flagsfile import FlagsFileError, resolve
 from .options import add_arguments, config_values, subset
 
@@ -170,7 +170,6 @@ def _begin_source(config: Config) -> KubeSource | None:
     threads may convert objects of the lists before `App.start` runs."""
     if not config.uses_api or config.manifests:
         return None
-    from .config import kube_settings
     from .sources.kube import KubeSource
 
     source = KubeSource(kube_settings(config))

@@ -335,18 +335,9 @@ def _ports(raw: list, at: str, *, required: bool, omitted: list[str]) -> tuple[P
     no note to `omitted` (a note is the object's own), so a kept list never needed one. Anything else
     takes `_port` item by item, for its exact errors and notes. Bounded: cleared when full.
     """
-    key: list[Any] | None = [required]
-    for item in raw:
-        if type(item) is not dict:
-            key = None
-            break
-        number, name, protocol = item.get("port"), item.get("name"), item.get("protocol")
-        if type(number) not in _PORT_VALUE or type(name) not in _PORT_VALUE or type(protocol) not in _PORT_VALUE:
-            key = None
-            break
-        key += (number, name, protocol)
+    key = _port_key(raw, required)
     if key is not None:
-        shared = _PORT_LISTS.get(tuple(key))
+        shared = _PORT_LISTS.get(key)
         if shared is not None:
             return shared
     noted = len(omitted)
@@ -354,8 +345,21 @@ def _ports(raw: list, at: str, *, required: bool, omitted: list[str]) -> tuple[P
     if key is not None and len(omitted) == noted:
         if len(_PORT_LISTS) >= _SHARED_MAX:
             _PORT_LISTS.clear()
-        _PORT_LISTS[tuple(key)] = ports
+        _PORT_LISTS[key] = ports
     return ports
+
+
+def _port_key(raw: list, required: bool) -> tuple | None:
+    """What `_port` reads of each item of `raw`, flattened; None when an item is not a plain dict of such values."""
+    values: list[Any] = [required]
+    for item in raw:
+        if type(item) is not dict:
+            return None
+        number, name, protocol = item.get("port"), item.get("name"), item.get("protocol")
+        if type(number) not in _PORT_VALUE or type(name) not in _PORT_VALUE or type(protocol) not in _PORT_VALUE:
+            return None
+        values += (number, name, protocol)
+    return tuple(values)
 
 
 _PORT_VALUE = frozenset((int, str, type(None)))  # exact types: a bool is not a port number, nor a key for one
