@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from . import dataset, flags, load, provenance, queries
 from .report import CPU_LIMITS
-from .servers import Knot, Mcsdns, Server, tool_path
+from .servers import Floor, Knot, Mcsdns, Server, tool_path
 from .suite import Options, own_cpu, wait_quiet
 
 # The mixes the Knot target is read on (results.md, "cached mixes"): every cached mix but the
@@ -122,13 +122,16 @@ def missing_tools(prog: str) -> int | None:
     return 1
 
 
+OURS: dict[str, Callable[..., Server]] = {"mcsdns": Mcsdns, "floor": Floor}  # what stands in the "mcsdns" column
 Measure = Callable[[Server, str, dict[str, Path]], dict[str, dict[Any, dict[str, Any]]]]
 
 
-def alternate(imports: int, mixes: tuple[str, ...], rounds: int, opts: Options, measure: Measure) -> list[dict[str, Any]]:
+def alternate(imports: int, mixes: tuple[str, ...], rounds: int, opts: Options, measure: Measure,
+              ours: str = "mcsdns") -> list[dict[str, Any]]:
     """The suite's data set and the mixes' query files written once, then `rounds` rounds of `measure`
     (server, probe name, {mix: query file}) on mcsdns (from manifests) and Knot, the first alternating:
-    [{"mcsdns": figures, "knot": figures}] per round."""
+    [{"mcsdns": figures, "knot": figures}] per round. `ours="floor"` measures benchmarks/floor.py (mcsdns's
+    resolver in the barest Python loop) in mcsdns's place, under the same key."""
     spec = dataset.Spec(imports=imports, headless=(10, 100))
     work = Path(tempfile.mkdtemp(prefix="mcsdns-knot-cost-"))
     out = []
@@ -144,7 +147,7 @@ def alternate(imports: int, mixes: tuple[str, ...], rounds: int, opts: Options, 
                 order = ("mcsdns", "knot") if i % 2 == 0 else ("knot", "mcsdns")
                 this: dict[str, Any] = {}
                 for label in order:
-                    server: Server = (Mcsdns(label, work, opts.server_cpu, manifests=manifests) if label == "mcsdns"
+                    server: Server = (OURS[ours](label, work, opts.server_cpu, manifests=manifests) if label == "mcsdns"
                                       else Knot(label, work, opts.server_cpu, zonefile=zone))
                     this[label] = measure(server, probe, qfiles)
                 out.append(this)

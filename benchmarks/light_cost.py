@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import flags, load, provenance, queries
-from .knot_cost import Step, add_flags, alternate, measure_server, missing_tools, summarize
+from .knot_cost import OURS, Step, add_flags, alternate, measure_server, missing_tools, summarize
 from .servers import Server
 from .suite import Options
 
@@ -129,8 +129,9 @@ def _key(rate: Any) -> str:
     return rate if rate == MAX else f"{rate:g}"
 
 
-def report(cells: dict[str, dict[str, Any]], lat: dict[str, Any], flood: dict[str, Any]) -> list[str]:
-    """The printed lines: the ratio per mix and rate, the latency beside Knot's, the flood ratio."""
+def report(cells: dict[str, dict[str, Any]], lat: dict[str, Any], flood: dict[str, Any], ours: str = "mcsdns") -> list[str]:
+    """The printed lines: the ratio per mix and rate, the latency beside Knot's, the flood ratio (`ours`:
+    what ran in mcsdns's column, see `--ours`)."""
     lines = []
     for mix, per_rate in cells.items():
         for rate, cell in per_rate.items():
@@ -143,15 +144,16 @@ def report(cells: dict[str, dict[str, Any]], lat: dict[str, Any], flood: dict[st
             lat_cell = lat.get(mix, {}).get(rate)
             text = ""
             if lat_cell:
-                text = (f"  latency mean/p99 us: mcsdns {lat_cell['mcsdns_mean_us']}/{lat_cell['mcsdns_p99_us']}, "
+                text = (f"  latency mean/p99 us: {ours} {lat_cell['mcsdns_mean_us']}/{lat_cell['mcsdns_p99_us']}, "
                         f"Knot {lat_cell['knot_mean_us']}/{lat_cell['knot_p99_us']}")
-            lines.append(f"{mix:18s} {where:>10s}  mcsdns/Knot CPU per query: {med}{per_query} over {cell['pairs']} "
+            lines.append(f"{mix:18s} {where:>10s}  {ours}/Knot CPU per query: {med}{per_query} over {cell['pairs']} "
                          f"rounds (target <= {TARGET}x){text}")
     for label, per_rate in flood.items():
         for rate, cell in per_rate.items():
             where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
             med = f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell else "no passed pair"
-            lines.append(f"{label} flood / cached NXDOMAIN, {where}: {med} (target for mcsdns <= {FLOOD_TARGET}x)")
+            name = ours if label == "mcsdns" else label
+            lines.append(f"{name} flood / cached NXDOMAIN, {where}: {med} (target for mcsdns <= {FLOOD_TARGET}x)")
     return lines
 
 
@@ -160,11 +162,12 @@ def markdown(stored: dict[str, Any]) -> str:
     rate and saturated (the median of the rounds' ratios, their range, how many rounds counted; then
     each server's median CPU per query over every run), and latency mean/p99 at the first rate."""
     cells, lat, flood = stored["cells"], stored["latency"], stored["flood"]
+    ours = stored.get("ours", "mcsdns")
     keys = list(next(iter(cells.values())))
     first = next(k for k in keys if k != MAX)
     heads = [("saturated" if k == MAX else f"{float(k):,.0f} q/s") for k in keys]
-    out = ["| mix | " + " | ".join(f"mcsdns / Knot CPU per query, {h}" for h in heads)
-           + f" | latency mean / p99 at {float(first):,.0f} q/s, mcsdns; Knot (us) |",
+    out = ["| mix | " + " | ".join(f"{ours} / Knot CPU per query, {h}" for h in heads)
+           + f" | latency mean / p99 at {float(first):,.0f} q/s, {ours}; Knot (us) |",
            "|---|" + "---|" * (len(keys) + 1)]
     for mix, per_rate in cells.items():
         row = [mix]
@@ -182,7 +185,7 @@ def markdown(stored: dict[str, Any]) -> str:
     for label, per_rate in flood.items():
         parts = [f"{'saturated' if k == MAX else f'{float(k):,.0f} q/s'} {c['median']:.2f}x ({c['low']:.2f}-{c['high']:.2f})"
                  for k, c in per_rate.items() if "median" in c]
-        out.append(f"\n{label}: random-subdomain flood / cached NXDOMAIN, CPU per query: " + ", ".join(parts) + ".")
+        out.append(f"\n{ours if label == 'mcsdns' else label}: random-subdomain flood / cached NXDOMAIN, CPU per query: " + ", ".join(parts) + ".")
     return "\n".join(out) + "\n"
 
 
@@ -192,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-max", action="store_true", help="skip the unthrottled (saturated) run per mix")
     parser.add_argument("--quiet-wait", type=float, default=QUIET_WAIT,
                         help="seconds to wait for an idle server core before each run (default: %(default)s)")
+    parser.add_argument("--ours", choices=sorted(OURS), default="mcsdns",
+                        help="what runs against Knot: mcsdns, or floor (benchmarks/floor.py: mcsdns's resolver in the "
+                             "barest Python loop, the pure-Python floor)")
     flags.add_markdown(parser, "docs/performance.md")
     args = parser.parse_args(argv)
     if args.markdown is not None:
@@ -203,15 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     started = provenance.now()
     rounds = alternate(args.imports, args.mixes, args.rounds, opts,
                        lambda server, probe, qfiles: measure_server(server, probe, qfiles, keys, opts,
-                                                                    stepper(args.seconds, opts)))
+                                                                    stepper(args.seconds, opts)), args.ours)
     cells = summarize(rounds)
     lat = latency(rounds)
     flood = flood_ratio(rounds)
-    print("\n".join(report(cells, lat, flood)))
+    print("\n".join(report(cells, lat, flood, args.ours)))
     if args.out is not None:
         command = "python -m benchmarks.light_cost " + " ".join(argv if argv is not None else sys.argv[1:])
         args.out.write_text(json.dumps({
-            "command": command.strip(), "date": started, "commit": provenance.commit(),
+            "command": command.strip(), "ours": args.ours, "date": started, "commit": provenance.commit(),
             "machine": provenance.machine(), "rounds": args.rounds, "seconds": args.seconds,
             "target": TARGET, "flood_target": FLOOD_TARGET, "cells": cells, "latency": lat, "flood": flood,
         }, indent=2) + "\n")

@@ -17,6 +17,7 @@ import compileall
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -312,6 +313,23 @@ class Mcsdns(Server):
                 total += float(line.rsplit(" ", 1)[1])
                 seen = True
         return total if seen else None
+
+
+class Floor(Server):
+    """benchmarks/floor.py: mcsdns's resolver in the barest Python loop (the pure-Python floor, issue #34)."""
+
+    kind = "floor"
+
+    def __init__(self, label: str, workdir: Path, cpu: str | None = None, *, manifests: Path) -> None:
+        super().__init__(label, workdir, cpu)
+        self.manifests = manifests
+
+    def start(self, probe: str, timeout: float = 120.0) -> float:
+        byte_compile()
+        return super().start(probe, timeout)
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "benchmarks.floor", "--port", str(self.port), "--manifests", str(self.manifests)]
 
 
 class CoreDns(Server):
