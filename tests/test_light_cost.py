@@ -20,6 +20,8 @@ from benchmarks.light_cost import MAX, flood_ratio, latency, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "benchmarks" / "results" / "light_cost.json"
+FLOOR = ROOT / "benchmarks" / "results" / "light_cost-floor.json"  # --ours floor
+BESIDE = ROOT / "benchmarks" / "results" / "light_cost-beside-floor.json"  # mcsdns in the same hour
 
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -88,9 +90,69 @@ def test_the_performance_doc_quotes_the_stored_run() -> None:
     assert markdown(stored) in (ROOT / "docs" / "performance.md").read_text()
 
 
+def test_the_floor_answers_what_mcsdns_resolver_answers(tmp_path: Path, benchmark_tools: None) -> None:
+    """benchmarks/floor.py serves the data set from mcsdns's own Resolver: over real packets, each
+    reply is the in-process resolver's for the same packet (its ID aside), hits and misses alike."""
+    import dns.message
+    import dns.query
+    import dns.rcode
+
+    from benchmarks import dataset
+    from benchmarks.servers import Floor
+    from testsupport.inprocess import build_resolver
+
+    spec = dataset.Spec(imports=20, headless=(2, 3))
+    manifests = dataset.write_manifests(spec, tmp_path / "objects.json")
+    resolver = build_resolver(manifests=[manifests], zones=(dataset.ZONE,), ttl=dataset.TTL, synced=True)
+    floor = Floor("floor", tmp_path, manifests=manifests)
+    name = dataset.svc_name(spec, 3)
+    floor.start(name, timeout=60)
+    try:
+        for qname, qtype in ((name, "A"), (name, "A"), (name, "SRV"), ("nope." + name, "A"), ("NOPE." + name.upper(), "AAAA")):
+            query = dns.message.make_query(qname, qtype)
+            got = dns.query.udp(query, "127.0.0.1", port=floor.port, timeout=5)
+            want = dns.message.from_wire(resolver.handle(query.to_wire()))
+            # The same reply, but for the SOA serial (each table numbers its own zone from its build time).
+            assert (got.flags, got.rcode(), got.question, got.answer, got.additional) == \
+                   (want.flags, want.rcode(), want.question, want.answer, want.additional), (qname, qtype, got, want)
+            assert [_unserial(r) for r in got.authority] == [_unserial(r) for r in want.authority], (got, want)
+        assert dns.rcode.to_text(got.rcode()) == "NXDOMAIN" and got.authority  # (the misses are real misses)
+    finally:
+        floor.stop()
+
+
+def _unserial(rrset) -> list:
+    """An authority RRset's records as text, a SOA's serial (its third field) left out."""
+    out = []
+    for record in rrset:
+        fields = record.to_text().split()
+        out.append((rrset.name, rrset.ttl, record.rdtype, fields[:2] + fields[3:] if record.rdtype == 6 else fields))
+    return out
+
+
+def test_a_short_floor_run_is_named_as_such(tmp_path: Path, benchmark_tools: None) -> None:
+    out = tmp_path / "floor.json"
+    proc = _run("--ours", "floor", "--rounds", "1", "--rates", "2000", "--mixes", "nxdomain", "--seconds", "1",
+                "--quiet-wait", "0", "--no-max", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())
+    assert got["ours"] == "floor" and got["command"].startswith("python -m benchmarks.light_cost --ours floor")
+    assert all(v and v > 0 for v in got["cells"]["nxdomain"]["2000"]["mcsdns_cpu_per_100k"])
+    assert "floor/Knot CPU per query" in proc.stdout and "mcsdns/Knot" not in proc.stdout
+    assert "| floor / Knot CPU per query, 2,000 q/s |" in markdown(got)
+
+
+def test_the_performance_doc_quotes_the_floor_and_the_mcsdns_run_beside_it() -> None:
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    floor, beside = json.loads(FLOOR.read_text()), json.loads(BESIDE.read_text())
+    assert floor["ours"] == "floor" and beside.get("ours", "mcsdns") == "mcsdns"
+    assert floor["rounds"] >= 3 and set(floor["cells"]) == set(beside["cells"])
+    assert markdown(floor) in doc and markdown(beside) in doc
+
+
 @pytest.mark.parametrize("args", [
     ("--rates", "0"), ("--rates", "nan"), ("--rounds", "0"), ("--seconds", "0"), ("--mixes", "nxdomain,no_such_mix"),
-    ("--markdown", "/nonexistent/light_cost.json"),
+    ("--markdown", "/nonexistent/light_cost.json"), ("--ours", "coredns"),
 ])
 def test_bad_flags_get_usage_not_a_traceback(args: tuple[str, ...]) -> None:
     proc = _run(*args)
