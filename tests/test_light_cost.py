@@ -150,6 +150,19 @@ def test_the_performance_doc_quotes_the_floor_and_the_mcsdns_run_beside_it() -> 
     assert markdown(floor) in doc and markdown(beside) in doc
 
 
+def _span(stored: dict, rate: str) -> str:
+    medians = [cells[rate]["median"] for cells in stored["cells"].values()]
+    return f"{min(medians):.2f}-{max(medians):.2f}x"
+
+
+def test_the_readme_quotes_light_load_from_the_stored_runs() -> None:
+    """README's light-load sentence: mcsdns's and the floor's spans of median ratios at 20,000 q/s."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    floor, beside = json.loads(FLOOR.read_text()), json.loads(BESIDE.read_text())
+    assert f"at 20,000 q/s mcsdns used {_span(beside, '20000')} Knot's CPU per query" in readme
+    assert f"no metrics) {_span(floor, '20000')}," in readme
+
+
 @pytest.mark.parametrize("args", [
     ("--rates", "0"), ("--rates", "nan"), ("--rounds", "0"), ("--seconds", "0"), ("--mixes", "nxdomain,no_such_mix"),
     ("--markdown", "/nonexistent/light_cost.json"), ("--ours", "coredns"),
