@@ -23,11 +23,10 @@ import socket
 from pathlib import Path
 
 from mcsdns import mmsg
+from mcsdns.transport import UDP_BATCH
 from testsupport.inprocess import build_resolver
 
 from . import dataset
-
-BATCH = 64  # datagrams per recvmmsg, as mcsdns's UDP_BATCH
 
 
 def serve(port: int, manifests: Path) -> None:
@@ -37,7 +36,7 @@ def serve(port: int, manifests: Path) -> None:
     sock.bind(("127.0.0.1", port))
     sock.setblocking(False)
     fd = sock.fileno()
-    batch = mmsg.Batch(BATCH)
+    batch = mmsg.Batch(UDP_BATCH)  # datagrams per recvmmsg, as mcsdns's
     poll = select.epoll()
     poll.register(fd, select.EPOLLIN)
     resolve = resolver.resolve

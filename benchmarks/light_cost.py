@@ -125,6 +125,11 @@ def flood_ratio(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, A
     return out
 
 
+def _shown(label: str, ours: str) -> str:
+    """A figures key as printed: the "mcsdns" column is named after what ran in it (`--ours`)."""
+    return ours if label == "mcsdns" else label
+
+
 def _key(rate: Any) -> str:
     return rate if rate == MAX else f"{rate:g}"
 
@@ -152,8 +157,7 @@ def report(cells: dict[str, dict[str, Any]], lat: dict[str, Any], flood: dict[st
         for rate, cell in per_rate.items():
             where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
             med = f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell else "no passed pair"
-            name = ours if label == "mcsdns" else label
-            lines.append(f"{name} flood / cached NXDOMAIN, {where}: {med} (target for mcsdns <= {FLOOD_TARGET}x)")
+            lines.append(f"{_shown(label, ours)} flood / cached NXDOMAIN, {where}: {med} (target for mcsdns <= {FLOOD_TARGET}x)")
     return lines
 
 
@@ -185,7 +189,7 @@ def markdown(stored: dict[str, Any]) -> str:
     for label, per_rate in flood.items():
         parts = [f"{'saturated' if k == MAX else f'{float(k):,.0f} q/s'} {c['median']:.2f}x ({c['low']:.2f}-{c['high']:.2f})"
                  for k, c in per_rate.items() if "median" in c]
-        out.append(f"\n{ours if label == 'mcsdns' else label}: random-subdomain flood / cached NXDOMAIN, CPU per query: " + ", ".join(parts) + ".")
+        out.append(f"\n{_shown(label, ours)}: random-subdomain flood / cached NXDOMAIN, CPU per query: " + ", ".join(parts) + ".")
     return "\n".join(out) + "\n"
 
 
