@@ -283,6 +283,7 @@ RESOURCES: dict[str, Resource] = {
     "Pod": Resource("", "pods", True),
     "EndpointSlice": Resource("discovery.k8s.io", "endpointslices", True),
     "ServiceImport": Resource(MCS_GROUP, "serviceimports", True),
+    "ServiceExport": Resource(MCS_GROUP, "serviceexports", True),
     "ClusterRole": Resource("rbac.authorization.k8s.io", "clusterroles", False),
     "ClusterRoleBinding": Resource("rbac.authorization.k8s.io", "clusterrolebindings", False),
     "Role": Resource("rbac.authorization.k8s.io", "roles", True),
