@@ -122,5 +122,7 @@ if ! fresh mcs-controller "$h"; then
     commit "$c" mcs-controller localhost/mcs-controller:dev "$h"
 fi
 
-"$dest/mcs-conformance.test" --ginkgo.dry-run --ginkgo.no-color --ginkgo.label-filter=DNS 2>&1 | grep -E '^Ran|Will run' >&2 || true
+# The suite writes report.yaml/report.html into its working directory: the cache, not the caller's.
+(cd "$dest" && ./mcs-conformance.test --ginkgo.dry-run --ginkgo.no-color --ginkgo.label-filter=DNS 2>&1) \
+    | grep -E '^Ran|Will run' >&2 || true
 echo "$dest"
