@@ -297,9 +297,29 @@ class Run:
     suite_exit: int | None = None
 
     def save(self) -> None:
+        """DIR/run.json and DIR/summary.txt (the printed lines), without this machine's paths."""
         data = asdict(self)
-        data["out"], data["cluster_dir"] = str(self.out), str(self.cluster_dir) if self.cluster_dir else None
+        del data["out"], data["cluster_dir"]
         (self.out / "run.json").write_text(json.dumps(data, indent=1) + "\n")
+        (self.out / "summary.txt").write_text(self.summary() + "\n")
+
+    def summary(self) -> str:
+        failed = [s for s in self.results if not s.passed and s.state != "skipped"]
+        passed = sum(s.passed for s in self.results)
+        lines = [s.line() for s in self.results]
+        lines.append(f"{passed} passed, {len(failed)} failed, {len(self.results) - passed - len(failed)} skipped "
+                     f"({self.dns} DNS, {self.exporter} exporter, {self.specs} specs; commit {self.commit}, "
+                     f"{self.started})")
+        return "\n".join(lines)
+
+    def store(self, dest: Path) -> None:
+        """The suite's reports and the summary, for benchmarks/results/conformance/: the run's
+        directory (in junit.xml's `package`) becomes `.`."""
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("junit.xml", "report.yaml", "report.html", "summary.txt", "run.json"):
+            source = self.out / name
+            if source.exists():
+                (dest / name).write_text(source.read_text().replace(str(self.out), "."))
 
 
 def _say(text: str) -> None:
@@ -321,7 +341,9 @@ def _poll(check: Callable[[], object], timeout: float, what: str, interval: floa
 
 
 def _commit() -> str:
-    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    """The checkout's commit, `-dirty` when the tree has changes the commit does not hold."""
+    done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=7"],
+                          capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
@@ -600,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster-dir", type=Path, help="a cluster already up (testsupport.cluster up --dir); kept up")
     parser.add_argument("--specs", choices=tuple(SPEC_FILTERS), default="dns",
                         help="dns: --ginkgo.label-filter=DNS (default); all: every spec")
+    parser.add_argument("--store", type=Path, help="also copy the reports and summary there "
+                        "(benchmarks/results/conformance/<dns>-<exporter>/)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -607,12 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConformanceError as err:
         print(err, file=sys.stderr)
         return 2
-    for spec in done.results:
-        print(spec.line())
+    print(done.summary())
+    print(f"times (s): {done.timings}", file=sys.stderr)
+    if args.store:
+        done.store(args.store)
     failed = [s for s in done.results if not s.passed and s.state != "skipped"]
-    passed = sum(s.passed for s in done.results)
-    print(f"{passed} passed, {len(failed)} failed, {len(done.results) - passed - len(failed)} skipped "
-          f"({args.dns} DNS, {args.exporter} exporter, {args.specs} specs; {done.timings})")
     return 1 if failed or not done.results else 0
 
 
