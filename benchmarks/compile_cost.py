@@ -1,5 +1,5 @@
 """Time Table.compile for the two large-service cases of docs/reliability.md and for a whole
-table of the scale data set, the one-pass compile (plain.py) on and off (prints figures).
+table of the scale data set, the one-pass compile (zone/fastpath.py) on and off (prints figures).
 
 usage: python -m benchmarks.compile_cost [repeats]
 """

@@ -25,14 +25,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mcsdns"
 
-ENTRY_POINTS = {"mcsdns.app": {"mcsdns.cli", "mcsdns.supervisor"}, "mcsdns.supervisor": {"mcsdns.cli"},
+ENTRY_POINTS = {"mcsdns.app": {"mcsdns.cli", "mcsdns.workers.supervisor"}, "mcsdns.workers.supervisor": {"mcsdns.cli"},
                 "mcsdns.cli": {"mcsdns.__main__"}}  # module -> who may import it
 DNS_SIDE = {f"mcsdns.{m}" for m in (
-    "vocab", "names", "compile", "reverse", "dnssd", "wire", "table", "resolve", "transport", "forward",
-    "replycheck", "querylog", "metrics", "discovery", "admin", "zonefile", "app", "supervisor", "sharing", "updates", "cli",
-    "transfer", "tsigkey", "notify", "tcp", "journal",
+    "zone.vocab", "zone.names", "zone.compiler", "zone.reverse", "zone.dnssd", "zone.wire", "zone.table", "serve.resolve", "serve.transport", "forward.forwarder",
+    "forward.replycheck", "serve.querylog", "metrics", "admin.discovery", "admin.server", "xfr.zonefile", "app", "workers.supervisor", "workers.sharing", "workers.updates", "cli",
+    "xfr.transfer", "xfr.tsigkey", "xfr.notify", "serve.tcp", "xfr.journal",
 )}  # fmt: skip
-PURE = {f"mcsdns.{m}" for m in ("vocab", "names", "compile", "reverse")}
+PURE = {f"mcsdns.{m}" for m in ("zone.vocab", "zone.names", "zone.compiler", "zone.reverse")}
 PURE_MAY_IMPORT = PURE | {"mcsdns.objects"}  # the object model: plain dataclasses and their validation
 PURE_STDLIB = {"__future__", "dataclasses", "typing", "enum", "bisect", "ipaddress", "struct", "collections",
                "functools", "itertools", "re"}  # fmt: skip
@@ -162,7 +162,7 @@ def test_the_pure_core_does_no_io(module: str):
 
 
 def test_the_vocabulary_is_the_bottom():
-    assert imports_of(PACKAGE / "vocab.py")[0] == set()
+    assert imports_of(PACKAGE / "zone" / "vocab.py")[0] == set()
 
 
 def test_the_architecture_document_names_every_module():
