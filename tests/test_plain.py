@@ -2,7 +2,7 @@
 
 The general path (compiler.compile_service -> wire.Renderer) decides and lays out every answer; the
 one-pass writer only repeats it for the common shape. These tests compile the same generated
-services both ways (`Table.plain` on and off) and compare every compiled key and body, the owned
+services both ways (`Table.use_fastpath` on and off) and compare every compiled key and body, the owned
 keys and the `children` index, over IPv4, IPv6 and IPv4-mapped IPs with
 duplicates, named, unnamed and sentinel ports, port names and protocols in any case, one zone or two, and sizes on
 both sides of fastpath.py's limits. They also check the one pass is what compiled most of them, so the
@@ -67,7 +67,7 @@ def _both(objs: list, zones: tuple[str, ...], ttl: int, local: str | None = None
     """The tables compiled with the one pass and without it, and how many services took the one pass."""
     fast = build_table(objects=objs, zones=zones, ttl=ttl, synced=True, local_cluster=local)
     general = build_table(objects=objs, zones=zones, ttl=ttl, synced=True, compile_changes=False, local_cluster=local)
-    general.plain = False
+    general.use_fastpath = False
     for key in general.store.imports:
         general.compile(key)
     general.set_serial(fast.serial)  # the apex SOA carries the serial: the same in both
@@ -101,7 +101,7 @@ def test_a_recompiled_service_is_replaced_whole() -> None:
     ]
     fast = build_table(objects=[ns], synced=True)
     general = build_table(objects=[ns], synced=True)
-    general.plain = False
+    general.use_fastpath = False
     for imp in shapes:
         fast.store.apply(imp)
         general.store.apply(imp)

@@ -178,7 +178,7 @@ class Table:
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
         self._early: set[ServiceKey] = set()  # compiled before the sync, and current (see _compile_early)
         self._pending: set[ServiceKey] = set()  # changed by the last page, compiled after the next
-        self.plain = True  # plain ClusterSetIP services take fastpath.py's one pass (tests turn it off to compare)
+        self.use_fastpath = True  # ClusterSetIP services take fastpath.py's one pass (tests turn it off to compare)
         # True (App): the sync compiles only what is needed at once and leaves the rest `behind`, for
         # `compile_behind` and `catch_up` (the module docstring). Not with --reverse-cidr: its PTR index
         # is filled by compiling, and a PTR question names an address, not the service to catch up.
@@ -475,7 +475,7 @@ class Table:
         if self.reverse_zones:
             self._compile_pointers(key, svc)
         # A plain ClusterSetIP service (most of them): its answers written in one pass (fastpath.py).
-        fast = fastpath.answers(svc.imp, self.zones, self.ttl, self.negative) if self.plain else None
+        fast = fastpath.answers(svc.imp, self.zones, self.ttl, self.negative) if self.use_fastpath else None
         if fast is not None:
             owned = self.owned[key] = []
             for lname, qtype, body in fast:
