@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from .reverse import MAX_ZONES, ReverseError, zone_networks
+from .zone.reverse import MAX_ZONES, ReverseError, zone_networks
 
 if TYPE_CHECKING:
     from .sources.kube import KubeSettings
@@ -255,7 +255,7 @@ class Config:
             if not _address_or_hostname(host):
                 raise ConfigError(f"--notify {hostport_text(host, port)}: {host!r} is neither an IP address nor a host name")
         if self.tsig_key_file is not None:
-            from .tsigkey import KeyFileError, load_key  # (dnspython's TSIG: loaded only when a key is given)
+            from .xfr.tsigkey import KeyFileError, load_key  # (dnspython's TSIG: loaded only when a key is given)
 
             if not self.transfer_to:
                 raise ConfigError("--tsig-key-file needs --transfer-to (who may transfer): without it transfers are off")

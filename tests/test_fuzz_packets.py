@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from mcsdns.metrics import Metrics
 from mcsdns.objects import convert
-from mcsdns.resolve import Resolver
-from mcsdns.transport import DnsServer, TcpLimits
+from mcsdns.serve.resolve import Resolver
+from mcsdns.serve.transport import DnsServer, TcpLimits
 from testsupport.cases import MAIN, Z, check, make_query
 from testsupport.fuzz import (
     FUZZ_INPUTS,

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..objects import ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport, report_omitted, report_status_notes
-from ..relist import DeleteGrace, Relist
 from ..store import Store
 from .kubeapi import ApiConnection, load_configuration
+from .relist import DeleteGrace, Relist
 from .watching import (
     Bookmark,
     Deleted,

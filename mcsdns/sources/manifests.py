@@ -25,9 +25,9 @@ import yaml
 
 from ..objects import (KINDS, InvalidObject, Namespace, Object, ServiceImport, convert, object_ref, reason_of, report_omitted,
                        report_status_notes)
-from ..relist import Relist
 from ..store import Store
 from . import decode
+from .relist import Relist
 
 log = logging.getLogger(__name__)
 

@@ -40,11 +40,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator, Protocol, TypeVar
 
-from . import compile as zone
-from . import plain, reverse, vocab
-from .compile import Service
-from .objects import EndpointSlice, ServiceImport
-from .store import Changes, ServiceKey, Store
+from ..objects import EndpointSlice, ServiceImport
+from ..store import Changes, ServiceKey, Store
+from . import compiler, fastpath, reverse, vocab
+from .compiler import Service
 from .wire import AA, Body, NameCache, Renderer, encode_labels, service_labels, soa_record
 
 
@@ -92,7 +91,7 @@ def collector_paused(method: Method) -> Method:
     return paused  # type: ignore[return-value]
 
 
-QTYPE_IN = {t: struct.pack(">HH", t, vocab.CLASS_IN) for t in zone.COMPILED_TYPES}
+QTYPE_IN = {t: struct.pack(">HH", t, vocab.CLASS_IN) for t in compiler.COMPILED_TYPES}
 PTR_IN = struct.pack(">HH", vocab.PTR, vocab.CLASS_IN)
 # Per service, how many answers computed on first query (per-endpoint names, odd
 # spellings) are kept; bounds memory against clients walking random names.
@@ -179,7 +178,7 @@ class Table:
         self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
         self._early: set[ServiceKey] = set()  # compiled before the sync, and current (see _compile_early)
         self._pending: set[ServiceKey] = set()  # changed by the last page, compiled after the next
-        self.plain = True  # plain ClusterSetIP services take plain.py's one pass (tests turn it off to compare)
+        self.use_fastpath = True  # ClusterSetIP services take fastpath.py's one pass (tests turn it off to compare)
         # True (App): the sync compiles only what is needed at once and leaves the rest `behind`, for
         # `compile_behind` and `catch_up` (the module docstring). Not with --reverse-cidr: its PTR index
         # is filled by compiling, and a PTR question names an address, not the service to catch up.
@@ -207,10 +206,10 @@ class Table:
         if self.config.ips_from_slices and not imp.headless and not imp.ips:
             # The one place the opt-in acts (decision 13): every answer, the plain lane, PTR and the
             # zone file take the service from here. A slice change recompiles the service already.
-            imp = replace(imp, ips=zone.slice_ips(slices))
+            imp = replace(imp, ips=compiler.slice_ips(slices))
         if local is None:
             return Service(imp, slices)
-        return zone.with_locality(imp, slices, local)
+        return compiler.with_locality(imp, slices, local)
 
     def _local_cluster(self) -> str | None:
         """The local cluster id in effect (lower case), or None: --local-cluster off, or auto without one."""
@@ -475,8 +474,8 @@ class Table:
             return
         if self.reverse_zones:
             self._compile_pointers(key, svc)
-        # A plain ClusterSetIP service (most of them): its answers written in one pass (plain.py).
-        fast = plain.answers(svc.imp, self.zones, self.ttl, self.negative) if self.plain else None
+        # A plain ClusterSetIP service (most of them): its answers written in one pass (fastpath.py).
+        fast = fastpath.answers(svc.imp, self.zones, self.ttl, self.negative) if self.use_fastpath else None
         if fast is not None:
             owned = self.owned[key] = []
             for lname, qtype, body in fast:
@@ -491,11 +490,11 @@ class Table:
         # so memory and compile time per change, proportional to services, not endpoints.
         # compile_service lists the service's entries once and groups them by name, so this
         # costs O(entries + answers), not O(names x entries).
-        answers = zone.compile_service(svc, self, self.ttl, self.config.ns_addresses, endpoint_names=False)
+        answers = compiler.compile_service(svc, self, self.ttl, self.config.ns_addresses, endpoint_names=False)
         last: tuple[str, ...] | None = None
         rel = b""
         names = NameCache()
-        longest = zone.longest_name(svc)
+        longest = compiler.longest_name(svc)
         # An address answer's body depends on the answer and where the zone sits in the question, not
         # on the name: compile_service hands the same Answer to names that share it (the port names of
         # a headless service), rendered once per zone position. The Answer is kept beside its body so
@@ -562,16 +561,16 @@ class Table:
 
     def absent(self, lname: bytes, zone_len: int) -> bool:
         """True when `lname` (lower-cased, valid, below a served zone `zone_len` bytes long) is a name
-        that `zone.answer` answers NXDOMAIN for every type but SOA, decided from its shape and the
+        that `compiler.answer` answers NXDOMAIN for every type but SOA, decided from its shape and the
         table's indexes alone.
 
         A random-subdomain flood (`<random>.<svc>.<ns>.svc.<zone>`, unique names) misses every cache;
         this answers it with a few byte comparisons and one dict lookup instead of the zone logic's
         entry walk. Only the shapes below are decided; anything else (the apex, `svc`/`pod`, a
         namespace, `ns.dns`, `dns-version`, port and per-endpoint names of an existing service, ...)
-        returns False and takes `zone.answer`, and so does every DNS-SD browsing name under `--dns-sd`.
+        returns False and takes `compiler.answer`, and so does every DNS-SD browsing name under `--dns-sd`.
         The caller checks sync state, class and type (SOA is NODATA everywhere, D5), and keeps reverse
-        zones (`--reverse-cidr`) away. The branches mirror `names.parse` and `compile._lookup`:
+        zones (`--reverse-cidr`) away. The branches mirror `names.parse` and `compiler._lookup`:
 
         * 6 or more labels ending in `svc`, or any name whose last label is neither `svc` nor `pod`:
           INVALID (not `dns-version` or `ns.dns`, which `answer` treats first).

@@ -7,7 +7,7 @@ Everything else stays the resolver's.
 
 What a transfer holds is `zonefile.zone_records`: the records `mcsdns zone`
 prints, built from the same compiled service answers the query path serves
-(`compile.compile_service`, per-endpoint names with their cluster id), so a
+(`compiler.compile_service`, per-endpoint names with their cluster id), so a
 secondary answers what mcsdns answers. A transfer of the whole zone packs from a
 snapshot of the store taken when it starts (`_Snapshot`: references, tens of ms at
 50,000 imports), so every record it sends is of the serial its SOA names even if the
@@ -62,18 +62,18 @@ import dns.rdatatype
 import dns.rdtypes.ANY.TSIG
 import dns.tsig
 
-from . import vocab
-from .compile import NS_NAME, Service
-from .table import Table, collector_paused
-from .vocab import Record
-from .wire import (AA, HEADER, QR, RD, RR_FIXED, SOA_EXPIRE, SOA_REFRESH, SOA_RETRY, SOA_TIMERS, SRV_FIXED, U16,
+from ..zone import vocab
+from ..zone.compiler import NS_NAME, Service
+from ..zone.table import Table, collector_paused
+from ..zone.vocab import Record
+from ..zone.wire import (AA, HEADER, QR, RD, RR_FIXED, SOA_EXPIRE, SOA_REFRESH, SOA_RETRY, SOA_TIMERS, SRV_FIXED, U16,
                    encode_labels, pointer)
-from .wire import _address_record as address_record  # A/AAAA as the query path writes them
+from ..zone.wire import _address_record as address_record  # A/AAAA as the query path writes them
 from .zonefile import Owned, apex_owned, owned_records
 
 if TYPE_CHECKING:
+    from ..serve.tcp import Stream  # the connection a transfer writes to (write + drain)
     from .journal import Journal
-    from .tcp import Stream  # the connection a transfer writes to (write + drain)
 
 log = logging.getLogger(__name__)
 

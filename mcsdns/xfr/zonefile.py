@@ -2,7 +2,7 @@
 
 The records come from the same code the server answers from: the objects are
 read into a `Store` (from manifests, or one list of the Kubernetes API), a
-`Table` is built on it, and every service goes through `compile.compile_service`
+`Table` is built on it, and every service goes through `compiler.compile_service`
 with per-endpoint names included. Each positive answer becomes the records of
 its name, so a zone file server loaded with the output (Knot, NSD, BIND) gives
 the same A, AAAA, SRV and TXT answers as mcsdns for every name it prints
@@ -31,13 +31,12 @@ from typing import TextIO
 from dnslib import AAAA, NS, PTR, QTYPE, RR, SOA, SRV, TXT, A, DNSLabel
 from prometheus_client import CollectorRegistry
 
-from . import compile as zone
-from . import vocab
-from .config import Config, advertised_addresses, kube_settings
-from .sources.manifests import ManifestSource, default_paths
-from .store import Store
-from .table import Table, TableConfig
-from .wire import SOA_EXPIRE, SOA_REFRESH, SOA_RETRY
+from ..config import Config, advertised_addresses, kube_settings
+from ..sources.manifests import ManifestSource, default_paths
+from ..store import Store
+from ..zone import compiler, vocab
+from ..zone.table import Table, TableConfig
+from ..zone.wire import SOA_EXPIRE, SOA_REFRESH, SOA_RETRY
 
 
 Owned = vocab.Owned  # a record with its owner's labels, in no zone yet
@@ -96,7 +95,7 @@ def apex_records(table: Table, origin: tuple[str, ...], ns_addresses: tuple[str,
     ttl = table.ttl
     apex = _name((), origin)
     yield RR(apex, QTYPE.SOA, ttl=min(ttl, 300), rdata=SOA(
-        _name(zone.NS_NAME, origin), _name(("hostmaster",), origin),
+        _name(compiler.NS_NAME, origin), _name(("hostmaster",), origin),
         (table.soa_serial, SOA_REFRESH, SOA_RETRY, SOA_EXPIRE, ttl)))  # fmt: skip
     for owner, rec in apex_owned(table, ns_addresses):
         yield as_rr(owner, rec, origin)
@@ -106,26 +105,26 @@ def apex_owned(table: Table, ns_addresses: tuple[str, ...]) -> Iterator[tuple[tu
     """(owner labels, record) of the apex NS, its addresses and dns-version: `apex_records` but the SOA,
     in no zone yet."""
     fixed = [
-        ((), zone.answer((), vocab.NS, table, table.ttl, ns_addresses)),
-        (("dns-version",), zone.answer(("dns-version",), vocab.TXT, table, table.ttl, ns_addresses)),
+        ((), compiler.answer((), vocab.NS, table, table.ttl, ns_addresses)),
+        (("dns-version",), compiler.answer(("dns-version",), vocab.TXT, table, table.ttl, ns_addresses)),
     ]
     for labels, ans in fixed:
         for rec in ans.answer + ans.additional:
             yield (labels if rec.owner is None else rec.owner), rec
 
 
-def service_records(svc: zone.Service, view: zone.ZoneView, origin: tuple[str, ...], ttl: int,
+def service_records(svc: compiler.Service, view: compiler.ZoneView, origin: tuple[str, ...], ttl: int,
                     ns_addresses: tuple[str, ...]) -> Iterator[RR]:
     """One service's records in the zone `origin` (labels): what `zone_records` lists for it."""
     for owner, rec in owned_records(svc, view, ttl, ns_addresses):
         yield as_rr(owner, rec, origin)
 
 
-def owned_records(svc: zone.Service, view: zone.ZoneView, ttl: int,
+def owned_records(svc: compiler.Service, view: compiler.ZoneView, ttl: int,
                   ns_addresses: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], vocab.Record]]:
     """(owner labels, record) of every record of one service, in no zone yet: the IXFR journal
     (journal.py) diffs these, cheap tuples, and makes wire records of the difference only."""
-    for labels, _qtype, ans in zone.compile_service(svc, view, ttl, ns_addresses, endpoint_names=True):
+    for labels, _qtype, ans in compiler.compile_service(svc, view, ttl, ns_addresses, endpoint_names=True):
         if ans.rcode != vocab.NOERROR:
             continue
         for rec in ans.answer:  # glue is the targets' own records, printed under their names
@@ -163,8 +162,8 @@ def load_store(config: Config, timeout: float) -> Store:
 
 def _list_once(config: Config, store: Store, timeout: float) -> None:
     """Run the Kubernetes source until every resource has been listed, then stop it."""
-    from .metrics import Metrics
-    from .sources.kube import KubeSource
+    from ..metrics import Metrics
+    from ..sources.kube import KubeSource
 
     source = KubeSource(kube_settings(config), store, Metrics(CollectorRegistry()))
 
@@ -192,7 +191,7 @@ def run(config: Config, out: TextIO, timeout: float = 30.0) -> int:
     table = Table(TableConfig((name,), config.ttl, config.namespaces, ns_addresses,
                               ips_from_slices=config.ips_from_slices), store)
     if config.dns_sd:
-        from .dnssd import DnsSd
+        from ..zone.dnssd import DnsSd
 
         table.dnssd = DnsSd(table)
         table.dnssd.full()

@@ -3,7 +3,7 @@ locking the others out.
 
 Any pod can reach the Service, and every truncated answer is retried over TCP, so a client holding
 thousands of connections must not be able to starve the rest. The policy reads like the admin port's
-(admin.py), in the same terms:
+(admin/server.py), in the same terms:
 
 * **The table never refuses.** At most `max_connections` are open. A new connection over the cap
   *evicts* the one that has gone longest without a complete query (a connection still waiting for

@@ -28,7 +28,7 @@ import bisect
 import ipaddress
 from typing import Iterable
 
-from .compile import NAME_ERROR, NODATA, NS_NAME, Service
+from .compiler import NAME_ERROR, NODATA, NS_NAME, Service
 from .vocab import AAAA, NOERROR, NS, PTR, SOA, A, Absolute, Answer, Record
 
 MAX_ZONES = 256  # reverse zones in all (one CIDR makes at most 128: a /17 or a /25)

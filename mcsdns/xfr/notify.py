@@ -35,8 +35,8 @@ import dns.message
 import dns.rcode
 import dns.tsig
 
-from . import vocab
-from .config import hostport_text
+from ..config import hostport_text
+from ..zone import vocab
 from .transfer import Transfers, sign_request
 
 log = logging.getLogger(__name__)

@@ -71,11 +71,11 @@ from urllib.parse import urlsplit
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from .admin import Admin, Response
-from .app import App
-from .config import Config, ConfigError
+from ..admin.server import Admin, Response
+from ..app import App
+from ..config import Config, ConfigError
+from ..store import Changes
 from .sharing import compact
-from .store import Changes
 from .updates import apply_update, update_of
 
 log = logging.getLogger(__name__)

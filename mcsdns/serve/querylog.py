@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from .vocab import CLASS_TEXT, RCODE_TEXT, type_text
-from .wire import Query
+from ..zone.vocab import CLASS_TEXT, RCODE_TEXT, type_text
+from ..zone.wire import Query
 
 # Header flag bits in miekg/dns's flagsToString order.
 FLAG_TEXT = ((0x8000, "qr"), (0x0400, "aa"), (0x0200, "tc"), (0x0100, "rd"), (0x0080, "ra"), (0x0040, "z"),

@@ -1,13 +1,13 @@
 """The compiled answers of a plain ClusterSetIP service, written in one pass (Table.compile's fast path).
 
 Most services are ClusterSetIP imports with a few IPs and a few ports, and an initial sync compiles
-every one of them: through `compile.compile_service` (the entries, then an `Answer` per name and
+every one of them: through `compiler.compile_service` (the entries, then an `Answer` per name and
 type) and `wire.Renderer` (the records of each answer), that is most of a sync's CPU (~60 us a
 service, ~0.6 s of a 10,000-import sync). Their answers have one fixed shape, so this module writes
 the same bytes straight from the import: A/AAAA answers of the service's IPs, and SRV answers of the
 distinct port numbers, the target spelled out, the IPs as glue pointing to it.
 
-It decides nothing: `compile.py` owns what each name answers, and `wire.Renderer` how it is laid out.
+It decides nothing: `compiler.py` owns what each name answers, and `wire.Renderer` how it is laid out.
 `answers()` covers only the shape it can write exactly and returns None for anything else (a headless
 import, no IPs or no ports, an unusual port name, many IPs or ports), which the table compiles the
 general way. `tests/test_plain.py` holds it to the general path byte for byte on thousands of
@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from .compile import LOCAL_PRIORITY
-from .objects import PROTOCOLS, ServiceImport
+from ..objects import PROTOCOLS, ServiceImport
+from .compiler import LOCAL_PRIORITY
 from .vocab import AAAA, CLASS_IN, NOERROR, SRV, A
 from .wire import _QUESTION, AA, RR_FIXED, SRV_FIXED, Body, _address_record, encode_labels, pointer, service_labels
 
@@ -45,14 +45,14 @@ def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Ne
     if imp.headless or not ips or not ports or len(ips) > MAX_IPS or len(ports) > MAX_PORTS:
         return None
     # The names (left of the zone, lower case) and the ports each one's entries hold, as
-    # compile.service_names and compile.service_entries make them.
+    # compiler.service_names and compiler.service_entries make them.
     # Keyed by ((name, protocol) lower case, its wire prefix): the pair sorts as names do, and one
     # pair has one prefix, so the prefix never decides the order.
     groups: dict[tuple[tuple[str, str], bytes], list[int]] = {}
     for port in ports:
         if port.port < 0:
             return None
-        if port.name and port.protocol:  # a `_name._protocol` name (compile.service_names)
+        if port.name and port.protocol:  # a `_name._protocol` name (compiler.service_names)
             labels = _port_labels(port.name, port.protocol)
             if labels is None:
                 return None

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .objects import LABEL_SERVICE_NAME
-from .store import ServiceKey, Store
+from ..objects import LABEL_SERVICE_NAME
+from ..store import ServiceKey, Store
 
 log = logging.getLogger(__name__)
 

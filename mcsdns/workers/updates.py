@@ -17,8 +17,8 @@ Pure: no I/O. The supervisor frames and sends the dict `update_of` returns.
 
 from __future__ import annotations
 
-from .store import Changes
-from .table import Compiled, Table
+from ..store import Changes
+from ..zone.table import Compiled, Table
 
 
 def update_of(table: Table, changes: Changes, serial_before: int) -> dict:

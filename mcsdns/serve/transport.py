@@ -2,7 +2,7 @@
 
 UDP reads straight from a non-blocking socket in a reader callback, draining
 every datagram that is waiting before yielding to the loop: no transport or
-protocol objects per packet, and on the command line's loop (dispatch.py) no
+protocol objects per packet, and on the command line's loop (selector.py) no
 asyncio handle either: the selector calls the reader itself. TCP (tcp.py) follows RFC 7766: several queries
 may be pipelined on one connection and are answered as they complete
 (forwarded ones may overtake), under a connection policy that one client
@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
-from . import dispatch, mmsg
+from ..zone.vocab import FORMERR  # noqa: F401 (re-exported, as before)
+from ..zone.wire import Query
+from . import mmsg, selector
 from .querylog import errors
 from .resolve import Forward, LocalReply, Resolver, forward_failed, not_forwarding
 from .tcp import BACKLOG, NOT_READING, Connection, Connections, TcpLimits
-from .vocab import FORMERR  # noqa: F401 (re-exported, as before)
-from .wire import Query
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +140,9 @@ class DnsServer:
         where = Listener(label, "udp", fam)
         if self.batch_udp:
             batch = self._batches[udp] = mmsg.Batch(UDP_BATCH)
-            dispatch.add_reader(loop, udp.fileno(), self._on_udp_batch, udp, where, batch)
+            selector.add_reader(loop, udp.fileno(), self._on_udp_batch, udp, where, batch)
         else:
-            dispatch.add_reader(loop, udp.fileno(), self._on_udp, udp, where)
+            selector.add_reader(loop, udp.fileno(), self._on_udp, udp, where)
         self._udp.append(udp)
         self._tcp.append(server)
         self.addresses.append((host, actual))
@@ -153,7 +153,7 @@ class DnsServer:
     def stop_accepting(self) -> None:
         loop = asyncio.get_event_loop()
         for udp in self._udp:
-            dispatch.remove_reader(loop, udp.fileno())
+            selector.remove_reader(loop, udp.fileno())
         for server in self._tcp:
             server.close()
 
@@ -296,7 +296,7 @@ class DnsServer:
         log.info("recvmmsg/sendmmsg unavailable: UDP on %s uses one system call per datagram", where.server)
         self._batches.pop(sock, None)  # its buffers go with the last reference (a send may still use them)
         loop = asyncio.get_event_loop()
-        dispatch.add_reader(loop, sock.fileno(), self._on_udp, sock, where)  # (in place of the batched reader)
+        selector.add_reader(loop, sock.fileno(), self._on_udp, sock, where)  # (in place of the batched reader)
 
     def _panic(self, data: bytes, proto: str) -> bytes | None:
         """The resolver raised: count it like CoreDNS counts a recovered panic, log (rate-limited), SERVFAIL."""

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import dnslib
 
-from .config import hostport_text, parse_hostport
-from .forward import RESOLV_CONF, Upstream, UpstreamError, read_resolv_conf
+from ..config import hostport_text, parse_hostport
+from ..forward.forwarder import RESOLV_CONF, Upstream, UpstreamError, read_resolv_conf
 
 VIA_TIMEOUT = 3.0  # seconds; CoreDNS itself gives up on a dead stub-zone address after 5 s
 MAX_IN_FLIGHT = 4

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Protocol
 
-from .objects import Object, ObjectKey, ServiceImport
-from .store import Store, key_of
+from ..objects import Object, ObjectKey, ServiceImport
+from ..store import Store, key_of
 
 
 class Timer(Protocol):

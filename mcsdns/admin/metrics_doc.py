@@ -8,7 +8,7 @@ regenerated, and tests/test_metrics.py fails while the table is stale or a scrap
 missing from it. The `process_*` families come from prometheus_client's ProcessCollector, whose
 own families are listed.
 
-    python -m mcsdns.metrics_doc docs/metrics.md    # rewrite the table between its markers
+    python -m mcsdns.admin.metrics_doc docs/metrics.md    # rewrite the table between its markers
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
-BEGIN = "<!-- metrics: generated from the declarations in mcsdns/ by `python -m mcsdns.metrics_doc docs/metrics.md` -->"
+PACKAGE = Path(__file__).resolve().parent.parent  # mcsdns/
+BEGIN = "<!-- metrics: generated from the declarations in mcsdns/ by `python -m mcsdns.admin.metrics_doc docs/metrics.md` -->"
 END = "<!-- end of metrics -->"
 # prometheus_client's declaring calls -> the type a scrape shows.
 KINDS = {
@@ -136,7 +136,7 @@ def table(families: list[Family] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .options import replace_block
+    from ..options import replace_block
 
     args = sys.argv[1:] if argv is None else argv
     if not args:

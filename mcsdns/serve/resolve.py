@@ -39,13 +39,11 @@ from dataclasses import dataclass
 from random import getrandbits as _coin  # `resolve`: which of two notes a third replaces
 from typing import Any
 
-from . import compile as zone
-from . import vocab
-from . import reverse
-from .names import Kind, parse
-from .table import Table
-from .vocab import AXFR, BADVERS, CLASS_IN, FORMERR, IXFR, NOTIMP, REFUSED, SERVFAIL
-from .wire import (
+from ..zone import compiler, reverse, vocab
+from ..zone.names import Kind, parse
+from ..zone.table import Table
+from ..zone.vocab import AXFR, BADVERS, CLASS_IN, FORMERR, IXFR, NOTIMP, REFUSED, SERVFAIL
+from ..zone.wire import (
     AA,
     CD,
     HEADER,
@@ -509,11 +507,11 @@ class Resolver:
             ans = reverse.answer(labels, split_labels(zwire), q.qtype, table.ptr, table.forward_zones, table.ttl,
                                  table.config.ns_addresses)
         else:
-            ans = zone.answer(labels, q.qtype, table, table.ttl, table.config.ns_addresses)
+            ans = compiler.answer(labels, q.qtype, table, table.ttl, table.config.ns_addresses)
             if ans.nxdomain and table.dnssd is not None and table.dnssd.exists(q.lname):
-                ans = zone.NODATA  # --dns-sd: a browsing name asked for a type it has no records of
+                ans = compiler.NODATA  # --dns-sd: a browsing name asked for a type it has no records of
         if ans.nxdomain and not table.synced:
-            ans = zone.NOT_SYNCED
+            ans = compiler.NOT_SYNCED
         body = table.render(q.lname, len(zwire), ans)
         if ans.soa and not ans.answer and not ans.additional and ans.rcode != vocab.SERVFAIL and table.synced:
             self._remember_negative(key, body)

@@ -43,15 +43,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import Config, ConfigError, check_upstreams, hostport_text
-from .querylog import client_text, errors, name_text
+from ..config import Config, ConfigError, check_upstreams, hostport_text
+from ..serve.querylog import client_text, errors, name_text
+from ..serve.resolve import LocalReply, forward_failed, forward_overloaded
+from ..zone.vocab import AXFR, IXFR, type_text
+from ..zone.wire import MAX_UDP, TC, Query, opt_record
 from .replycheck import check_reply, mix_case
-from .resolve import LocalReply, forward_failed, forward_overloaded
-from .vocab import AXFR, IXFR, type_text
-from .wire import MAX_UDP, TC, Query, opt_record
 
 if TYPE_CHECKING:
-    from .metrics import Metrics
+    from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
 

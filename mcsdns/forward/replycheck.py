@@ -1,6 +1,6 @@
 """Which upstream replies the forwarder may accept (RFC 5452), and dns-0x20.
 
-Pure functions, no I/O: `forward.py` calls them on every datagram or TCP
+Pure functions, no I/O: `forwarder.py` calls them on every datagram or TCP
 message an upstream socket receives. A reply is accepted only when it carries
 the ID we sent, is a response to a QUERY, has exactly one question equal to
 the one we sent (name case-insensitively, or exactly under dns-0x20; type and
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import random
 
-from .vocab import AAAA, CLASS_CH, CLASS_IN, CNAME, DNAME, MX, NS, OPT, PTR, SOA, SRV, TXT, A
-from .wire import Malformed, _check_options
+from ..zone.vocab import AAAA, CLASS_CH, CLASS_IN, CNAME, DNAME, MX, NS, OPT, PTR, SOA, SRV, TXT, A
+from ..zone.wire import Malformed, _check_options
 
 # The reasons a reply is dropped, in the order they are checked (`source` is checked by the
 # socket layer before anything is read); exported so the metric shows every one from the start.

@@ -6,7 +6,7 @@ come from, never a second copy of the zone logic:
 * `/imports`: one entry per ServiceImport in the store, with its clusters'
   ready/not-ready address counts (the store's slices), its status as the MCS
   controller wrote it (conditions, clusters: decision 14, never an answer's
-  cause) and every name it answers. The names are the ones `compile.service_names` makes for the
+  cause) and every name it answers. The names are the ones `compiler.service_names` makes for the
   service, kept when the table holds a compiled answer for them (the table
   compiles every such name except per-endpoint ones, which exist exactly when a
   ready address of a labelled slice makes them; those come from the same
@@ -30,16 +30,15 @@ from typing import Callable, Iterable
 
 import dnslib
 
-from . import compile as zone
-from . import vocab
-from .admin import JSON, Response, Route
-from .names import Kind, Request, parse
-from .objects import LABEL_SOURCE_CLUSTER, EndpointSlice, Port, ServiceImport
+from ..objects import LABEL_SOURCE_CLUSTER, EndpointSlice, Port, ServiceImport
+from ..serve.resolve import Forward, Resolver
+from ..zone import compiler, vocab
+from ..zone.names import Kind, Request, parse
+from ..zone.table import QTYPE_IN, Table
+from ..zone.wire import encode_labels, split_labels
 from .orphans import orphan_sentence
 from .pathcheck import BadVia, PathCheck, parse_via
-from .resolve import Forward, Resolver
-from .table import QTYPE_IN, Table
-from .wire import encode_labels, split_labels
+from .server import JSON, Response, Route
 
 _TYPE_N = re.compile(r"^TYPE(\d{1,5})$")
 YIELD_EVERY = 100  # imports listed between two turns of the event loop (~10 ms of work)
@@ -230,12 +229,12 @@ class Discovery:
             return []
         answers = self.table.answers
         out = []
-        for labels in zone.service_names(svc):
+        for labels in compiler.service_names(svc):
             rel = encode_labels(labels)
             endpoint = bool(parse(labels).endpoint)  # compiled on first query: exists iff service_names made it
             for zwire in self.table.zones:
                 zname = ".".join(split_labels(zwire))
-                if endpoint or any(rel + zwire + QTYPE_IN[t] in answers for t in zone.COMPILED_TYPES):
+                if endpoint or any(rel + zwire + QTYPE_IN[t] in answers for t in compiler.COMPILED_TYPES):
                     out.append(_fqdn(labels, zname))
         return out
 
@@ -354,13 +353,13 @@ class Discovery:
             return "a DNS-SD browsing name: answered only with --dns-sd (off here, so NXDOMAIN, as CoreDNS answers)"
         if labels == ("dns-version",):
             if qtype == vocab.TXT:
-                return f"the MCS DNS schema version CoreDNS answers ({zone.DNS_SCHEMA_VERSION})"
+                return f"the MCS DNS schema version CoreDNS answers ({compiler.DNS_SCHEMA_VERSION})"
             return "dns-version.<zone> holds only a TXT record (the schema version); CoreDNS answers NXDOMAIN for other types"
         if labels == ():
             if qtype in (vocab.SOA, vocab.NS):
                 return f"the zone's own {tname} record (ns.dns.{zname} is this server)"
             return "the zone apex holds only its SOA and NS records"
-        if labels == zone.NS_NAME:
+        if labels == compiler.NS_NAME:
             addrs = ", ".join(self.table.config.ns_addresses) or "none"
             return f"this server's own name: its advertised addresses ({addrs}: --ns-address, else POD_IP(S), else the listen address)"
         return None

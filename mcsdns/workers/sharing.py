@@ -20,9 +20,9 @@ still share. Answers stay byte for byte the same (same bodies, same keys).
 
 from __future__ import annotations
 
-from . import vocab
-from .table import Table, collector_paused
-from .wire import Body
+from ..zone import vocab
+from ..zone.table import Table, collector_paused
+from ..zone.wire import Body
 
 # Question types in layout order; every other type follows them.
 _FIRST = (vocab.A, vocab.AAAA)

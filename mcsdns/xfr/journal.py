@@ -30,10 +30,10 @@ from typing import Callable
 
 from dnslib import RR, DNSBuffer
 
-from .compile import Service
-from .store import ServiceKey
-from .table import SERIAL_MASK, Table
-from .vocab import difference
+from ..store import ServiceKey
+from ..zone.compiler import Service
+from ..zone.table import SERIAL_MASK, Table
+from ..zone.vocab import difference
 from .zonefile import Owned, as_rr, owned_records
 
 def serial_lt(a: int, b: int) -> bool:

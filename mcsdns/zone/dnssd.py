@@ -8,7 +8,7 @@ With the flag, the table also holds, per zone Z:
     <svc>._<port>._<proto>.<ns>.svc.Z    SRV  0 0 <port> <svc>.<ns>.svc.Z  and an empty TXT (section 6.1)
 
 A service offers `_<port>._<proto>` when its own `_<port>._<proto>.<svc>.<ns>.svc.Z`
-has entries (compile.service_entries, the zone logic's own grouping): the
+has entries (compiler.service_entries, the zone logic's own grouping): the
 import's ports and IPs for ClusterSetIP, the ready endpoints' ports for Headless.
 Every such name exists: other types get NODATA (the resolver asks `exists`).
 None of these names can collide with CoreDNS's: a service name is a DNS label
@@ -30,11 +30,10 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Hashable, Iterable
 
-from . import compile as zone
-from . import vocab
-from .compile import Service
+from ..store import ServiceKey
+from . import compiler, vocab
+from .compiler import Service
 from .vocab import PTR, Answer, Owned, Record
-from .store import ServiceKey
 from .wire import encode_labels
 
 if TYPE_CHECKING:
@@ -51,11 +50,11 @@ Kind = tuple[str, str]  # (port name, protocol), lower-cased, without the unders
 
 def offered(svc: Service) -> dict[Kind, tuple[int, ...]]:
     """The kinds a service offers and their port numbers: each `_<port>._<proto>` of its own with entries."""
-    _, by_port = zone.service_entries(svc)
+    _, by_port = compiler.service_entries(svc)
     out = {}
     for (name, protocol), (entries, _exists) in by_port.items():
         if not name or not protocol or len(name) >= 63 or len(protocol) >= 63:
-            continue  # no such DNS name (compile.service_names makes none either)
+            continue  # no such DNS name (compiler.service_names makes none either)
         ports = tuple(sorted({e.port for e in entries if e.port != -1}))
         if ports:
             out[(name, protocol)] = ports
@@ -95,7 +94,7 @@ def _named(labels: tuple[str, ...], qtype: int, records: tuple[Record, ...],
     out = []
     for t in TYPES:
         recs = records if t == qtype else extra[1] if extra is not None and t == extra[0] else ()
-        out.append((labels, t, Answer(vocab.NOERROR, recs) if recs else zone.NODATA))
+        out.append((labels, t, Answer(vocab.NOERROR, recs) if recs else compiler.NODATA))
     return out
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple, Protocol
 
+from ..objects import EndpointSlice, Port, ServiceImport
 from .names import Kind, Request, parse
-from .objects import EndpointSlice, Port, ServiceImport
 from .vocab import AAAA, NOERROR, NS, NXDOMAIN, SERVFAIL, SOA, SRV, TXT, A, Answer, Record, wire_length
 
 DNS_SCHEMA_VERSION = "1.1.0"  # what CoreDNS answers, not the KEP's 1.0.0 (contract 2.6)
