@@ -49,6 +49,7 @@ from pathlib import Path
 
 from testsupport.cluster import (
     DNS_SERVICE_IP,
+    NODE_BRIDGE,
     Cluster,
     ClusterError,
     _alive,
@@ -295,11 +296,16 @@ class Run:
     timings: dict[str, float] = field(default_factory=dict)
     results: list[SpecResult] = field(default_factory=list)
     suite_exit: int | None = None
+    # Where the run kept its own cluster, and the interface index of that cluster's node bridge:
+    # what a check for leftovers looks for on a machine where another cluster may come up next.
+    scratch: str | None = None
+    node_ifindex: int | None = None
 
     def save(self) -> None:
         """DIR/run.json and DIR/summary.txt (the printed lines), without this machine's paths."""
         data = asdict(self)
-        del data["out"], data["cluster_dir"]
+        for local in ("out", "cluster_dir", "scratch", "node_ifindex"):
+            del data[local]
         (self.out / "run.json").write_text(json.dumps(data, indent=1) + "\n")
         (self.out / "summary.txt").write_text(self.summary() + "\n")
 
@@ -345,6 +351,13 @@ def _commit() -> str:
     done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=7"],
                           capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
+def _ifindex(device: str) -> int | None:
+    try:
+        return int(Path(f"/sys/class/net/{device}/ifindex").read_text())
+    except OSError:
+        return None
 
 
 def _cluster_is_up(cl: Cluster) -> bool:
@@ -550,6 +563,7 @@ def run(dns: str, exporter: str, out: Path, *, cluster_dir: Path | None = None, 
     if problems:
         raise ClusterUnavailable("cannot run the conformance suite here:\n  " + "\n  ".join(problems))
     scratch = Path(tempfile.mkdtemp(prefix="mcs-conformance-"))
+    result.scratch = str(scratch)
     started = time.monotonic()
     if own_cluster:
         cl = Cluster(scratch / "cluster")
@@ -559,6 +573,7 @@ def run(dns: str, exporter: str, out: Path, *, cluster_dir: Path | None = None, 
         except ClusterError as err:
             shutil.rmtree(scratch, ignore_errors=True)
             raise ClusterUnavailable(str(err)) from err
+        result.node_ifindex = _ifindex(NODE_BRIDGE)
     else:
         assert cluster_dir is not None
         cl = Cluster(cluster_dir)
