@@ -30,7 +30,7 @@ import dns.exception
 import dns.message
 import dns.query
 
-from testsupport.serverproc import Server
+from testsupport.mcsdnsserver import McsdnsServer
 
 from . import dataset, flags
 from .servers import tool_path
@@ -90,7 +90,7 @@ def percentile(values: list[float], p: float) -> float:
 
 def measure(size: int, work: Path) -> dict[str, Any]:
     manifests = dataset.write_manifests(dataset.Spec(imports=size), work / f"set-{size}.json")
-    with Server("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--ns-address", "127.0.0.1") as server:
+    with McsdnsServer("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--ns-address", "127.0.0.1") as server:
         packing: list[float] = []
         stop = threading.Event()
         thread = threading.Thread(target=query_latencies, args=(server.dns_port, stop, packing), daemon=True)

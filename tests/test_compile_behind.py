@@ -149,7 +149,8 @@ def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
     once everything is compiled; the last import's address among them. (At 20,000 the compile after the
     sync took 0.66 s on an idle machine, which the start-up probe and the 24 exchanges missed 3 times in 4.)"""
     from benchmarks.dataset import Spec, headless_name, svc_name, vip4, write_manifests
-    from testsupport.serverproc import Server, eventually, exchange
+    from testsupport.mcsdnsserver import McsdnsServer, exchange
+    from testsupport.polling import eventually
 
     spec = Spec(imports=50000, headless=(10, 100, 1000))
     manifests = write_manifests(spec, tmp_path / "set.json")
@@ -164,7 +165,7 @@ def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
         q = dns.message.make_query(name, qtype, use_edns=0, payload=1232)
         q.id = i
         packets.append(q.to_wire())
-    server = Server("--manifests", str(manifests))
+    server = McsdnsServer("--manifests", str(manifests))
     server.start(timeout=180)
     try:
         during = [exchange(server, packet, tcp) for packet in packets for tcp in (False, True)]

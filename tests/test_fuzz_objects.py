@@ -31,7 +31,7 @@ from testsupport.cases import MAIN, Z, check, make_query
 from testsupport.fuzz import ES, FUZZ_SEED, OBJECT_INPUTS, SI, SI_HEADLESS, _slice, build, fresh_table, fuzz_objects
 from testsupport.inprocess import build_table
 from testsupport.objects import namespace
-from testsupport.serverproc import FIXTURES, Server
+from testsupport.mcsdnsserver import FIXTURES, McsdnsServer
 
 
 # =========================================================================== objects
@@ -190,7 +190,7 @@ def test_a_manifest_that_never_parsed_keeps_the_server_unready(tmp_path):
     SERVFAIL instead of NXDOMAIN (decision 10), not a ready server with an empty zone. Fixed, it serves."""
     path = tmp_path / "app.yaml"
     path.write_text("apiVersion: v1\nkind: [unclosed\n")
-    with Server("--manifests", str(tmp_path), "--startup-timeout", "1s", "--upstream", "none", wait_ready=False) as s:
+    with McsdnsServer("--manifests", str(tmp_path), "--startup-timeout", "1s", "--upstream", "none", wait_ready=False) as s:
         status, reason = s.http("/ready")
         assert status == 503 and f"{path}: invalid YAML/JSON at line 3" in reason
         assert s.query("nothing.app.svc." + Z).rcode() == dns.rcode.SERVFAIL

@@ -21,7 +21,7 @@ import yaml
 
 from kube_server import CLUSTER_ROLE_RULES, ES_API, MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from test_deploy import with_component
-from testsupport.serverproc import FIXTURES
+from testsupport.mcsdnsserver import FIXTURES
 from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube

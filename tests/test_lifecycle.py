@@ -23,7 +23,9 @@ import dns.query
 import dns.rcode
 import dns.rrset
 
-from testsupport.serverproc import ROOT, eventually
+from testsupport.mcsdnsserver import ROOT
+
+from testsupport.polling import eventually
 from upstreams import Fake, ForwardingServer
 
 from mcsdns.serve.querylog import QueryLog, RateLimitedLog, format_line

@@ -1,6 +1,6 @@
 """Overload and abuse over real sockets: TCP limits (RFC 7766), UDP floods, a dead upstream, amplification.
 
-Each test starts the real `mcsdns serve` (serverproc.Server) with the flags it
+Each test starts the real `mcsdns serve` (mcsdnsserver.McsdnsServer) with the flags it
 exercises. Timing bounds are generous: the machine running CI may have two busy
 cores, so a bound says "within the configured timeout plus seconds of slack",
 never "within milliseconds". The figures each test measures are printed (-s).
@@ -29,7 +29,7 @@ import yaml
 
 from testsupport.cases import MAIN, Z, check, make_query
 from testsupport.objects import headless_service
-from testsupport.serverproc import FIXTURES, ROOT, Server
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
 from upstreams import Fake, ForwardingServer
 
 
@@ -44,8 +44,8 @@ def manifests(tmp_path_factory) -> Path:
     return directory
 
 
-def serve(manifests: Path, *flags: str) -> Server:
-    return Server("--manifests", str(manifests), "--namespaces", "testns", "--upstream", "none", *flags)
+def serve(manifests: Path, *flags: str) -> McsdnsServer:
+    return McsdnsServer("--manifests", str(manifests), "--namespaces", "testns", "--upstream", "none", *flags)
 
 
 def frame(msg: dns.message.Message | bytes) -> bytes:
@@ -83,7 +83,7 @@ def closed_within(sock: socket.socket, timeout: float) -> float | None:
     return None
 
 
-def tcp_answer(server: Server, c=MAIN[0], timeout: float = 3.0) -> None:
+def tcp_answer(server: McsdnsServer, c=MAIN[0], timeout: float = 3.0) -> None:
     check(c, dns.query.tcp(make_query(c), "127.0.0.1", port=server.dns_port, timeout=timeout))
 
 
@@ -94,7 +94,7 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def metric(server: Server, name: str, **labels: str) -> float:
+def metric(server: McsdnsServer, name: str, **labels: str) -> float:
     """Sum of the samples of `name` whose labels include `labels`."""
     _, text = server.http("/metrics")
     total = 0.0

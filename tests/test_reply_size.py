@@ -18,7 +18,7 @@ import yaml
 
 from mcsdns.zone import compiler
 from mcsdns.zone.wire import MAX_TCP, Renderer
-from testsupport.serverproc import Server, exchange
+from testsupport.mcsdnsserver import McsdnsServer, exchange
 from test_compile_cost import NS_ADDRESSES, make_table, varied_services
 
 Z = "clusterset.local."
@@ -50,11 +50,11 @@ def target(i: int) -> str:
 def wide(tmp_path_factory):
     path = tmp_path_factory.mktemp("wide") / "wide.yaml"
     path.write_text(yaml.safe_dump_all(wide_objects()))
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         yield s
 
 
-def ask_tcp(server: Server, name: str, qtype: str, **kw) -> tuple[bytes, dns.message.Message]:
+def ask_tcp(server: McsdnsServer, name: str, qtype: str, **kw) -> tuple[bytes, dns.message.Message]:
     wire = exchange(server, dns.message.make_query(name, qtype, **kw).to_wire(), tcp=True)
     return wire, dns.message.from_wire(wire)
 

@@ -23,7 +23,8 @@ import yaml
 from testsupport.cases import Z
 from testsupport.objects import endpoint_slice, namespace, service_import
 from mcsdns.zone import reverse
-from testsupport.serverproc import FIXTURES, ROOT, eventually
+from testsupport.mcsdnsserver import FIXTURES, ROOT
+from testsupport.polling import eventually
 from upstreams import Fake, ForwardingServer
 
 NS = "rev"

@@ -21,7 +21,7 @@ import dns.zone
 
 from test_deploy import served_command, with_component
 from test_helm import by_kind, parse_flags, render
-from testsupport.serverproc import Server
+from testsupport.mcsdnsserver import McsdnsServer
 
 ZONE = "clusterset.local."
 MOUNTED = "/etc/mcsdns-tsig/tsig.key"
@@ -36,7 +36,7 @@ def serve_and_transfer(command: list[str], flags: list[str], args: list[str], tm
     dropped = ("--listen", "--http-listen", "--lameduck")
     flags_file = tmp / "flags"
     flags_file.write_text(shlex.join(f for f in flags if f.split("=", 1)[0] not in dropped) + "\n")
-    server = Server()
+    server = McsdnsServer()
     local = [a.replace(MOUNTED, str(key)) for a in args]
     server.argv = served_command(command, flags_file, *local, f"--listen=127.0.0.1:{server.dns_port}",
                                  f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0")

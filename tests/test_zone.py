@@ -16,7 +16,7 @@ from mcsdns.serve.resolve import Resolver
 from mcsdns.store import Changes, Store
 from testsupport.inprocess import build_resolver, build_table
 from testsupport.objects import MCS, endpoint_slice, namespace, service_import
-from testsupport.serverproc import FIXTURES
+from testsupport.mcsdnsserver import FIXTURES
 
 
 def build(paths=None, namespaces=frozenset({"testns"}), ttl=5, zones=("clusterset.local",)) -> Resolver:

@@ -5,7 +5,7 @@ is a UDP+TCP server in a thread that answers every A query with a fixed
 address after an optional delay, or swallows queries, and records what it
 received byte for byte (and, over UDP, from where). `Hostile` is a Fake that
 sends forged replies before each true one. `ForwardingServer` is the shared
-`serverproc.Server` with a readiness probe inside the zone, so a server whose
+`mcsdnsserver.McsdnsServer` with a readiness probe inside the zone, so a server whose
 upstreams are dead still counts as started.
 """
 
@@ -28,7 +28,9 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from testsupport.serverproc import Server, free_port
+from testsupport.mcsdnsserver import McsdnsServer
+
+from testsupport.testbed import free_port
 
 EXAMPLE_ZONE = """\
 $ORIGIN example.test.
@@ -293,8 +295,8 @@ def dead_port() -> str:
     return f"127.0.0.1:{free_port()}"
 
 
-class ForwardingServer(Server):
-    """`mcsdns serve` that forwards (the tests of forwarding, metrics, lifecycle): serverproc.Server, ready
+class ForwardingServer(McsdnsServer):
+    """`mcsdns serve` that forwards (the tests of forwarding, metrics, lifecycle): mcsdnsserver.McsdnsServer, ready
     when the zone answers, so the upstreams see only the test's queries (the base probe is out of zone)."""
 
     def _answers(self) -> bool:

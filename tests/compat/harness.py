@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from testsupport.serverproc import Server
-from testsupport.serverproc import eventually as _eventually
+from testsupport.mcsdnsserver import McsdnsServer
+from testsupport.polling import eventually as _eventually
 from testsupport.testbed import ApiError, Testbed
 
 from . import compare
@@ -86,7 +86,7 @@ def merge(name: str, *datasets: Dataset) -> Dataset:
 # --------------------------------------------------------------------------- mcsdns
 
 
-class CompatServer(Server):
+class CompatServer(McsdnsServer):
     """`mcsdns serve` against the testbed (or, for debugging, a dump of it): the mcsdns side of each
     differential pair (CoreDNS is the other), with --upstream none and the contract's --ns-address."""
 

@@ -41,7 +41,7 @@ import dns.rdatatype
 import pytest
 
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
-from testsupport.serverproc import eventually as _eventually
+from testsupport.polling import eventually as _eventually
 
 from .coredns import Block, CoreDNS
 from .harness import CompatServer, World

@@ -19,7 +19,7 @@ import dns.message
 import dns.rdatatype
 import pytest
 
-from testsupport.serverproc import record_sets
+from testsupport.mcsdnsserver import record_sets
 
 from .dnsclient import TCP, UDP_EDNS, exchange
 from .generator import SOURCE_CLUSTER, asks, names
