@@ -17,7 +17,6 @@ from pathlib import Path
 import yaml
 
 from testsupport.mcsdnsserver import McsdnsServer
-from testsupport.polling import eventually as _eventually
 from testsupport.testbed import ApiError, Testbed
 
 from . import compare
@@ -162,8 +161,3 @@ class World:
     def refresh(self) -> None:
         for server in (self.mcsdns_all, self.mcsdns_testns):
             server.refresh()
-
-
-def eventually(check, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
-    """The shared poller with the slower defaults two servers syncing from one API need."""
-    return _eventually(check, timeout, interval, what)
