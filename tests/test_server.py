@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from testsupport.cases import MAIN, Z, check, make_query
+from testsupport.framing import frame, read_frames
 from testsupport.objects import headless_service
 from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
 
@@ -115,30 +116,12 @@ def test_udp_falls_back_to_tcp_like_a_resolver(big):
     assert used_tcp and addresses(reply) == ALL_80
 
 
-def _tcp_frame(msg: dns.message.Message) -> bytes:
-    wire = msg.to_wire()
-    return struct.pack(">H", len(wire)) + wire
-
-
-def _read_frames(sock: socket.socket, n: int) -> list[dns.message.Message]:
-    out, buf = [], b""
-    while len(out) < n:
-        chunk = sock.recv(65535)
-        assert chunk, "connection closed early"
-        buf += chunk
-        while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
-            length = struct.unpack(">H", buf[:2])[0]
-            out.append(dns.message.from_wire(buf[2 : 2 + length]))
-            buf = buf[2 + length :]
-    return out
-
-
 def test_tcp_pipelining(server):
     names = [f"{n}.testns.svc.{Z}" for n in ("svc1", "svc6", "hdls1", "svc0", "svc-dual-stack")]
     queries = [dns.message.make_query(n, "A") for n in names]
     with socket.create_connection(server.addr, timeout=3) as sock:
-        sock.sendall(b"".join(_tcp_frame(q) for q in queries))  # all at once, one write
-        replies = _read_frames(sock, len(queries))
+        sock.sendall(b"".join(frame(q) for q in queries))  # all at once, one write
+        replies = read_frames(sock, len(queries))
     by_id = {r.id: r for r in replies}
     assert set(by_id) == {q.id for q in queries}
     for q in queries:

@@ -13,7 +13,6 @@ import json
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import dns.xfr
 import dns.zone
 import pytest
 
+from testsupport.framing import FrameReader, frame
 from testsupport.mcsdnsserver import ROOT, McsdnsServer, exchange
 
 ZONE = "clusterset.local."
@@ -106,19 +106,13 @@ def tcp_messages(port: int, query: dns.message.Message, timeout: float = 10,
                  done: Callable[[list[dns.rrset.RRset]], bool] = axfr_done) -> list[bytes]:
     """Every message the server writes for `query` on one TCP connection until `done` says the records so
     far end the reply (or an error rcode)."""
-    wire = query.to_wire()
     out: list[bytes] = []
     records: list[dns.rrset.RRset] = []
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
+        sock.sendall(frame(query))
+        reader = FrameReader(sock)
         while True:
-            while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-                chunk = sock.recv(65536)
-                assert chunk, f"closed after {len(out)} messages"
-                buf += chunk
-            size = struct.unpack(">H", buf[:2])[0]
-            message, buf = buf[2 : 2 + size], buf[2 + size :]
+            message = reader.expect()
             out.append(message)
             parsed = dns.message.from_wire(message, keyring=False, one_rr_per_rrset=True)
             records += parsed.answer
@@ -266,13 +260,8 @@ def test_skewed_clock_is_badtime_signed_with_the_server_time(signed_server: Mcsd
 
 def tcp_messages_raw(port: int, wire: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
-        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-            chunk = sock.recv(65536)
-            assert chunk
-            buf += chunk
-    return buf[2:]
+        sock.sendall(frame(wire))
+        return FrameReader(sock).expect()
 
 
 def test_address_outside_the_list_is_refused() -> None:
@@ -411,7 +400,7 @@ def raw_transfer_size(port: int) -> int:
     wire = dns.message.make_query(ZONE, "AXFR").to_wire()
     total = 0
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        sock.sendall(frame(wire))
         sock.settimeout(30)
         total += len(sock.recv(1 << 20))  # the first message waits for the packing
         sock.settimeout(1)
@@ -433,7 +422,7 @@ def test_a_secondary_that_never_reads_is_dropped_after_the_idle_timeout(tmp_path
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's writes back up
         sock.connect(("127.0.0.1", server.dns_port))
         wire = dns.message.make_query(ZONE, "AXFR").to_wire()
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        sock.sendall(frame(wire))
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:  # not reading; queries still answered
             assert server.query(f"service-number-00001.bulk.svc.{ZONE}", "A").answer
@@ -462,20 +451,9 @@ def test_a_change_during_a_transfer_does_not_mix_serials(tmp_path: Path) -> None
         sock.connect(("127.0.0.1", server.dns_port))
         sock.settimeout(30)
         wire = dns.message.make_query(ZONE, "AXFR").to_wire()
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
-
-        def next_message() -> bytes:
-            nonlocal buf
-            while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-                chunk = sock.recv(65536)
-                assert chunk, "closed"
-                buf += chunk
-            size = struct.unpack(">H", buf[:2])[0]
-            message, buf = buf[2 : 2 + size], buf[2 + size :]
-            return message
-
-        messages = [dns.message.from_wire(next_message(), one_rr_per_rrset=True)]
+        sock.sendall(frame(wire))
+        reader = FrameReader(sock)
+        messages = [dns.message.from_wire(reader.expect(), one_rr_per_rrset=True)]
         text = manifests.read_text()
         text = text.replace("name: service-number-02999,", "name: service-number-99999,")  # deleted, added
         text = text.replace("ips: [10.8.0.1]", "ips: [10.99.0.1]")  # service-number-02000's address
@@ -488,7 +466,7 @@ def test_a_change_during_a_transfer_does_not_mix_serials(tmp_path: Path) -> None
             time.sleep(0.05)
         records = list(messages[0].answer)
         while not axfr_done(records):
-            messages.append(dns.message.from_wire(next_message(), one_rr_per_rrset=True))
+            messages.append(dns.message.from_wire(reader.expect(), one_rr_per_rrset=True))
             records += messages[-1].answer
         sock.close()
         after = transferred(server.dns_port)

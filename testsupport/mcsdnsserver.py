@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import dns.message
 import dns.query
 import dns.rdatatype
+from testsupport.framing import FrameReader, frame
 from testsupport.testbed import free_port, stop_popen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,13 +150,8 @@ def exchange(server: McsdnsServer, wire: bytes, tcp: bool) -> bytes:
             sock.sendto(wire, server.addr)
             return sock.recv(65535)
         sock.connect(server.addr)
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
-        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-            chunk = sock.recv(65535)
-            assert chunk, "connection closed early"
-            buf += chunk
-        return buf[2:]
+        sock.sendall(frame(wire))
+        return FrameReader(sock).expect()
 
 
 def record_sets(reply: dns.message.Message) -> tuple:
