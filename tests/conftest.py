@@ -149,3 +149,30 @@ def _empty_namespace(testbed: Testbed, namespace: str) -> None:
 # ============================================================================ #
 # END kube testbed fixtures
 # ============================================================================ #
+
+# ============================================================================ #
+# BEGIN server logs: each mcsdns server's log lands in a pytest temp directory
+# ============================================================================ #
+
+from testsupport import mcsdnsserver  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _server_logs_for_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Servers a module or session fixture starts (before any test's tmp_path exists) log here."""
+    mcsdnsserver.LOG_DIR = tmp_path_factory.mktemp("server-logs")
+    yield
+    mcsdnsserver.LOG_DIR = None
+
+
+@pytest.fixture(autouse=True)
+def _server_logs_for_the_test(_server_logs_for_the_session: None, tmp_path: Path) -> Iterator[None]:
+    """A server the test starts itself logs into the test's tmp_path, beside its other files."""
+    session_dir = mcsdnsserver.LOG_DIR
+    mcsdnsserver.LOG_DIR = tmp_path
+    yield
+    mcsdnsserver.LOG_DIR = session_dir
+
+# ============================================================================ #
+# END server logs
+# ============================================================================ #

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +25,22 @@ from testsupport.testbed import free_port, stop_popen
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
+
+# Where a server's log goes when the caller names no file. Under pytest, the running test's tmp_path
+# (tests/conftest.py sets it), so a failure's log sits with the test and pytest removes old runs; else
+# one directory of this process, removed when it exits.
+LOG_DIR: Path | None = None
+_process_log_dir: tempfile.TemporaryDirectory | None = None
+
+
+def log_dir() -> Path:
+    """LOG_DIR, or this process's own log directory."""
+    global _process_log_dir
+    if LOG_DIR is not None:
+        return LOG_DIR
+    if _process_log_dir is None:
+        _process_log_dir = tempfile.TemporaryDirectory(prefix="mcsdns-logs-")
+    return Path(_process_log_dir.name)
 
 
 def mcsdns_command(dns_port: int, http_port: int, args: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -71,7 +88,7 @@ class McsdnsServer:
 
     def start(self, log_path: Path | None = None, timeout: float = 20) -> "McsdnsServer":
         cmd = self.argv or mcsdns_command(self.dns_port, self.http_port, self.args)
-        self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"mcsdns-test-{self.dns_port}.log"
+        self.log_path = log_path or log_dir() / f"mcsdns-{self.dns_port}.log"
         self._log = open(self.log_path, "wb")
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
