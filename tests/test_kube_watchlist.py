@@ -33,7 +33,7 @@ from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.kubeapi import ApiConnection, load_configuration
 from mcsdns.sources.watching import Listed, ListedPage, Watcher, resources
 from mcsdns.store import Store
-from testsupport.inprocess import build_table
+from testsupport.inprocess import ask, build_table
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
@@ -61,7 +61,7 @@ def pipeline() -> tuple[KubeSource, Store, Resolver]:
 
 
 def answer(resolver: Resolver, name: str, ns: str) -> tuple[str, list[str]]:
-    reply = dns.message.from_wire(resolver.handle(dns.message.make_query(f"{name}.{ns}.svc.{Z}", "A").to_wire()))
+    reply = ask(resolver, f"{name}.{ns}.svc.{Z}", "A")
     return dns.rcode.to_text(reply.rcode()), sorted(rd.to_text() for rrset in reply.answer for rd in rrset)
 
 
