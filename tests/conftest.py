@@ -112,20 +112,6 @@ def testbed(testbin: Path) -> Iterator[Testbed]:
 _namespace_counter = itertools.count(1)
 
 
-@pytest.fixture
-def fresh_namespace(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A new, uniquely named namespace; its EndpointSlices/ServiceImports are removed afterwards.
-
-    The namespace itself is left in place on purpose: without kube-controller-manager
-    nothing finalizes a deleted namespace, so it would hang in Terminating forever.
-    """
-    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{stem or 'test'}-{next(_namespace_counter)}"
-    testbed.create_namespace(name)
-    yield name
-    _empty_namespace(testbed, name)
-
-
 def _empty_namespace(testbed: Testbed, namespace: str) -> None:
     """Delete the objects mcsdns reads, whatever ServiceImport version is served now."""
     if not testbed.apiserver or not testbed.apiserver.running():
@@ -145,6 +131,20 @@ def _empty_namespace(testbed: Testbed, namespace: str) -> None:
         except ApiError as err:
             if err.status != 404:
                 raise
+
+
+@pytest.fixture
+def fresh_namespace(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new, uniquely named namespace; its EndpointSlices/ServiceImports are removed afterwards.
+
+    The namespace itself is left in place on purpose: without kube-controller-manager
+    nothing finalizes a deleted namespace, so it would hang in Terminating forever.
+    """
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{stem or 'test'}-{next(_namespace_counter)}"
+    testbed.create_namespace(name)
+    yield name
+    _empty_namespace(testbed, name)
 
 # ============================================================================ #
 # END kube testbed fixtures

@@ -143,6 +143,19 @@ def test_reverse_zones_compile_everything_at_the_sync():
     assert r.table.settled and r.table.owned
 
 
+def metrics(server, *names: str) -> list[float]:
+    """Samples' values from one scrape of the server's /metrics."""
+    status, text = server.http("/metrics")
+    assert status == 200
+    lines = text.splitlines()
+    return [float(next(line.split()[-1] for line in lines if line.startswith(name + " "))) for name in names]
+
+
+def metric(server, name: str) -> float:
+    """One sample's value from the server's /metrics."""
+    return metrics(server, name)[0]
+
+
 def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
     """A real server from a manifests file of 50,000 imports: questions asked as soon as it answers, while
     most services are not compiled yet (its metrics say so), get exactly the bytes the same questions get
@@ -186,16 +199,3 @@ def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
             assert a == b, (names[i // 2], "tcp" if i % 2 else "udp")
     finally:
         server.stop()
-
-
-def metric(server, name: str) -> float:
-    """One sample's value from the server's /metrics."""
-    return metrics(server, name)[0]
-
-
-def metrics(server, *names: str) -> list[float]:
-    """Samples' values from one scrape of the server's /metrics."""
-    status, text = server.http("/metrics")
-    assert status == 200
-    lines = text.splitlines()
-    return [float(next(line.split()[-1] for line in lines if line.startswith(name + " "))) for name in names]

@@ -90,6 +90,15 @@ def test_the_performance_doc_quotes_the_stored_run() -> None:
     assert markdown(stored) in (ROOT / "docs" / "performance.md").read_text()
 
 
+def _unserial(rrset) -> list:
+    """An authority RRset's records as text, a SOA's serial (its third field) left out."""
+    out = []
+    for record in rrset:
+        fields = record.to_text().split()
+        out.append((rrset.name, rrset.ttl, record.rdtype, fields[:2] + fields[3:] if record.rdtype == 6 else fields))
+    return out
+
+
 def test_the_floor_answers_what_mcsdns_resolver_answers(tmp_path: Path, benchmark_tools: None) -> None:
     """benchmarks/floor.py serves the data set from mcsdns's own Resolver: over real packets, each
     reply is the in-process resolver's for the same packet (its ID aside), hits and misses alike."""
@@ -119,15 +128,6 @@ def test_the_floor_answers_what_mcsdns_resolver_answers(tmp_path: Path, benchmar
         assert dns.rcode.to_text(got.rcode()) == "NXDOMAIN" and got.authority  # (the misses are real misses)
     finally:
         floor.stop()
-
-
-def _unserial(rrset) -> list:
-    """An authority RRset's records as text, a SOA's serial (its third field) left out."""
-    out = []
-    for record in rrset:
-        fields = record.to_text().split()
-        out.append((rrset.name, rrset.ttl, record.rdtype, fields[:2] + fields[3:] if record.rdtype == 6 else fields))
-    return out
 
 
 def test_a_short_floor_run_is_named_as_such(tmp_path: Path, benchmark_tools: None) -> None:

@@ -25,6 +25,10 @@ Z = "clusterset.local."
 ENDPOINTS, PORTS = 1000, 100
 
 
+def address(i: int) -> str:
+    return f"10.30.{i // 250}.{i % 250 + 1}"
+
+
 def wide_objects() -> list[dict]:
     ports = [{"name": f"p{i}", "protocol": "TCP", "port": 1000 + i} for i in range(PORTS)]
     labels = {"multicluster.kubernetes.io/service-name": "wide", "multicluster.kubernetes.io/source-cluster": "c1"}
@@ -36,10 +40,6 @@ def wide_objects() -> list[dict]:
          "metadata": {"name": "wide-1", "namespace": "big", "labels": labels},
          "endpoints": [{"addresses": [address(i)], "hostname": f"pod-{i}"} for i in range(ENDPOINTS)], "ports": ports},
     ]  # fmt: skip
-
-
-def address(i: int) -> str:
-    return f"10.30.{i // 250}.{i % 250 + 1}"
 
 
 def target(i: int) -> str:
@@ -122,6 +122,14 @@ def long_named_service() -> list[dict]:
     ]  # fmt: skip
 
 
+def _labels(wire: bytes) -> list[bytes]:
+    out, i = [], 0
+    while i < len(wire):
+        out.append(wire[i + 1 : i + 1 + wire[i]])
+        i += wire[i] + 1
+    return out
+
+
 def test_compiled_bodies_are_fresh_renderings_of_answer():
     """Every compiled body (addresses shared between names, derived bytes cached, SRV cut, names not
     checked where none can be too long) is byte for byte what rendering `answer()` for its name alone gives."""
@@ -138,11 +146,3 @@ def test_compiled_bodies_are_fresh_renderings_of_answer():
             assert table.answers[k] == fresh, (key, k)
             compared += 1
     assert compared > 150  # every compiled name of every service, in both namespaces
-
-
-def _labels(wire: bytes) -> list[bytes]:
-    out, i = [], 0
-    while i < len(wire):
-        out.append(wire[i + 1 : i + 1 + wire[i]])
-        i += wire[i] + 1
-    return out

@@ -131,6 +131,16 @@ def follow(server: McsdnsServer, secondary, churn: Churn, kind: str) -> tuple[st
     return name, expected
 
 
+def counts(metrics: str, family: str) -> dict[str, float]:
+    """A counter's samples by their labels, summed over `worker` (--workers N labels each worker's)."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith(family + "{"):
+            labels = ",".join(x for x in line.split("{")[1].split("}")[0].split(",") if not x.startswith("worker="))
+            out[labels] = out.get(labels, 0) + float(line.split()[-1])
+    return out
+
+
 @pytest.mark.parametrize(("kind", "workers"), [*((kind, 1) for kind in sorted(SECONDARIES)), ("knot", 2)])
 def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, workers: int, tmp_path: Path) -> None:
     """Manifests change 12 times (testsupport/churn.py: ClusterSetIP and headless services created, updated,
@@ -218,14 +228,16 @@ def test_with_workers_the_notify_waits_until_every_worker_serves_the_change(tmp_
     assert "NOTIFY sent before workers" not in server.log(), server.log()
 
 
-def counts(metrics: str, family: str) -> dict[str, float]:
-    """A counter's samples by their labels, summed over `worker` (--workers N labels each worker's)."""
-    out: dict[str, float] = {}
-    for line in metrics.splitlines():
-        if line.startswith(family + "{"):
-            labels = ",".join(x for x in line.split("{")[1].split("}")[0].split(",") if not x.startswith("worker="))
-            out[labels] = out.get(labels, 0) + float(line.split()[-1])
-    return out
+def transfer_text(port: int) -> tuple[int, str]:
+    """(serial, every record but the SOA, sorted) of a whole transfer of the zone from `port`, signed."""
+    keyring = {dns.name.from_text("xfr-key."): dns.tsig.Key("xfr-key.", SECRET, "hmac-sha256")}
+    zone = dns.zone.Zone(ZONE, relativize=False)
+    query = dns.message.make_query(ZONE, "AXFR")
+    query.use_tsig(keyring, next(iter(keyring)))
+    dns.query.inbound_xfr("127.0.0.1", zone, query, port=port, timeout=10, lifetime=30)
+    records = sorted(f"{name} {rdataset}" for name, node in zone.nodes.items() for rdataset in node
+                     if rdataset.rdtype != dns.rdatatype.SOA)
+    return zone.get_soa().serial, "\n".join(records)
 
 
 def test_two_replicas_under_churn_each_with_a_pinned_secondary(tmp_path: Path) -> None:
@@ -278,18 +290,6 @@ def test_two_replicas_under_churn_each_with_a_pinned_secondary(tmp_path: Path) -
     assert 'mcsdns_transfers_total{result="ixfr",type="ixfr"}' in metrics, metrics
     shared = set(contents[0]) & set(contents[1])
     print(f"serials seen: {len(contents[0])} and {len(contents[1])}, in both: {len(shared)}")
-
-
-def transfer_text(port: int) -> tuple[int, str]:
-    """(serial, every record but the SOA, sorted) of a whole transfer of the zone from `port`, signed."""
-    keyring = {dns.name.from_text("xfr-key."): dns.tsig.Key("xfr-key.", SECRET, "hmac-sha256")}
-    zone = dns.zone.Zone(ZONE, relativize=False)
-    query = dns.message.make_query(ZONE, "AXFR")
-    query.use_tsig(keyring, next(iter(keyring)))
-    dns.query.inbound_xfr("127.0.0.1", zone, query, port=port, timeout=10, lifetime=30)
-    records = sorted(f"{name} {rdataset}" for name, node in zone.nodes.items() for rdataset in node
-                     if rdataset.rdtype != dns.rdatatype.SOA)
-    return zone.get_soa().serial, "\n".join(records)
 
 
 @pytest.mark.kube

@@ -243,6 +243,12 @@ def test_wrong_secret_is_badsig_and_unknown_key_badkey(signed_server: McsdnsServ
         assert tsig_error(reply) == error and reply.tsig[0].mac == b"", reply  # unsigned (RFC 8945 5.2)
 
 
+def tcp_messages_raw(port: int, wire: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(frame(wire))
+        return FrameReader(sock).expect()
+
+
 def test_skewed_clock_is_badtime_signed_with_the_server_time(signed_server: McsdnsServer,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     query = make(ZONE, "AXFR", KEYRING)
@@ -258,12 +264,6 @@ def test_skewed_clock_is_badtime_signed_with_the_server_time(signed_server: Mcsd
     assert abs(server_time - time.time()) < 60 and len(reply.tsig[0].mac) == 32  # signed (RFC 8945 5.2.3)
 
 
-def tcp_messages_raw(port: int, wire: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(frame(wire))
-        return FrameReader(sock).expect()
-
-
 def test_address_outside_the_list_is_refused() -> None:
     with McsdnsServer("--manifests", str(EXAMPLE), "--transfer-to", "10.0.0.0/8", "--transfer-to", "::1") as server:
         for qtype in ("AXFR", "IXFR"):
@@ -272,6 +272,14 @@ def test_address_outside_the_list_is_refused() -> None:
         assert server.query(f"web.demo.svc.{ZONE}", "A", tcp=True).answer  # queries as before
         _, metrics = server.http("/metrics")
     assert 'mcsdns_transfers_total{result="refused",type="axfr"} 1.0' in metrics
+
+
+def ixfr(serial: int, *, name: str = ZONE, rdclass: str = "IN", soa: bool = True) -> dns.message.Message:
+    query = dns.message.make_query(name, "IXFR", rdclass=rdclass)
+    if soa:
+        rd = dns.rdata.from_text("IN", "SOA", f"ns.dns.{ZONE} hostmaster.{ZONE} {serial} 1 1 1 1")
+        query.authority.append(dns.rrset.from_rdata(name, 5, rd))
+    return query
 
 
 def test_a_reverse_zone_does_not_transfer() -> None:
@@ -288,14 +296,6 @@ def test_a_reverse_zone_does_not_transfer() -> None:
 
 
 # --------------------------------------------------------------------------- IXFR, UDP, malformed
-
-
-def ixfr(serial: int, *, name: str = ZONE, rdclass: str = "IN", soa: bool = True) -> dns.message.Message:
-    query = dns.message.make_query(name, "IXFR", rdclass=rdclass)
-    if soa:
-        rd = dns.rdata.from_text("IN", "SOA", f"ns.dns.{ZONE} hostmaster.{ZONE} {serial} 1 1 1 1")
-        query.authority.append(dns.rrset.from_rdata(name, 5, rd))
-    return query
 
 
 @pytest.fixture(scope="module")

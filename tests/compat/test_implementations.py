@@ -120,6 +120,16 @@ def test_explain_names_the_orphan_slice_and_the_import_status(loaded: tuple[Worl
                                     "(decision 14)")
 
 
+def _accepted(api, obj: dict) -> bool:
+    try:
+        api.apply(obj)
+        return True
+    except ApiError as err:
+        if err.status == 422:
+            return False
+        raise
+
+
 def test_one_ip_per_source_cluster_beyond_the_mcs_api_limit(loaded: tuple[World, Dataset]) -> None:
     """The AWS Cloud Map controller's shape with three clusters, on a CRD without the mcs-api CRD's
     `maxItems: 2` on spec.ips: CoreDNS answers all three IPs, and so must mcsdns (decision 12: never
@@ -151,16 +161,6 @@ def test_one_ip_per_source_cluster_beyond_the_mcs_api_limit(loaded: tuple[World,
     restored = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, crd["metadata"]["name"])
     assert {v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["ips"].get("maxItems")
             for v in restored["spec"]["versions"]} == {2}
-
-
-def _accepted(api, obj: dict) -> bool:
-    try:
-        api.apply(obj)
-        return True
-    except ApiError as err:
-        if err.status == 422:
-            return False
-        raise
 
 
 def test_the_docs_table_is_the_fixture_list() -> None:
