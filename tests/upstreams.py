@@ -14,7 +14,6 @@ from __future__ import annotations
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import threading
 import time
@@ -28,8 +27,8 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
+from testsupport.framing import FrameReader, frame
 from testsupport.mcsdnsserver import McsdnsServer
-
 from testsupport.testbed import free_port
 
 EXAMPLE_ZONE = """\
@@ -195,18 +194,18 @@ class Fake:
     def _tcp_conn(self, conn: socket.socket) -> None:
         with conn:
             conn.settimeout(5)
+            reader = FrameReader(conn)
             try:
                 while not self._stop.is_set():
-                    head = conn.recv(2, socket.MSG_WAITALL)
-                    if len(head) < 2:
+                    data = reader.read()
+                    if data is None:
                         return
-                    data = conn.recv(struct.unpack(">H", head)[0], socket.MSG_WAITALL)
                     self.queries.append(data)
                     if self.mode == "swallow":
                         continue
                     if self.delay:
                         time.sleep(self.delay)
-                    conn.sendall(b"".join(struct.pack(">H", len(m)) + m for m in self.tcp_replies(data)))
+                    conn.sendall(b"".join(frame(m) for m in self.tcp_replies(data)))
             except OSError:
                 return
 
