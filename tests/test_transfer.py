@@ -246,7 +246,10 @@ def test_wrong_secret_is_badsig_and_unknown_key_badkey(signed_server: McsdnsServ
 def tcp_messages_raw(port: int, wire: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(frame(wire))
-        return FrameReader(sock).expect()
+        reader = FrameReader(sock)
+        reply = reader.expect()
+        assert not reader.buffer, "bytes after the reply"
+        return reply
 
 
 def test_skewed_clock_is_badtime_signed_with_the_server_time(signed_server: McsdnsServer,

@@ -168,7 +168,10 @@ def exchange(server: McsdnsServer, wire: bytes, tcp: bool) -> bytes:
             return sock.recv(65535)
         sock.connect(server.addr)
         sock.sendall(frame(wire))
-        return FrameReader(sock).expect()
+        reader = FrameReader(sock)
+        reply = reader.expect()
+        assert not reader.buffer, "bytes after the reply"
+        return reply
 
 
 def record_sets(reply: dns.message.Message) -> tuple:
