@@ -166,7 +166,8 @@ def request(row: Row, ours: int, before: int) -> dns.message.Message:
 def test_transfer_decisions(row: Row) -> None:
     table, before = served(row.synced)
     counted: list[tuple[str, str]] = []
-    transfers = Transfers(table, ALLOWED, KEY if row.key else None, on_result=lambda kind, result: counted.append((kind, result)))
+    transfers = Transfers(table, ALLOWED, KEY if row.key else None,
+                          on_result=lambda kind, result: counted.append((kind, result)))
     transfers.journal = table.journal
     fallbacks: list[str] = []
     transfers.on_fallback = fallbacks.append

@@ -58,7 +58,8 @@ def loaded(world: World) -> Iterator[tuple[World, Dataset]]:
         if status is not None:
             world.testbed.apply_status(obj, status)
     world.refresh()
-    eventually(lambda: _user_view_holds(world), timeout=60, interval=0.2, what="both servers answer every implementation's names")
+    eventually(lambda: _user_view_holds(world), timeout=60, interval=0.2,
+               what="both servers answer every implementation's names")
     yield world, ds
 
 
@@ -146,11 +147,13 @@ def test_one_ip_per_source_cluster_beyond_the_mcs_api_limit(loaded: tuple[World,
                       "ips": ["10.100.1.3", "10.100.2.3", "10.100.3.3"]}}
     try:
         api.apply(crd)
-        eventually(lambda: _accepted(api, three), timeout=30, interval=0.2, what="the CRD without maxItems accepts three IPs")
+        eventually(lambda: _accepted(api, three), timeout=30, interval=0.2,
+                   what="the CRD without maxItems accepts three IPs")
         world.refresh()
         want = ("10.100.1.3", "10.100.2.3", "10.100.3.3")
         ask = Ask(f"three.{ns}.svc.{ZONE}.", "A", UDP_EDNS, 1232)
-        eventually(lambda: all(_rdata(r[0]) == want for r in compare.ask_both(world.ports_all, [ask])), timeout=30, interval=0.2,
+        eventually(lambda: all(_rdata(r[0]) == want for r in compare.ask_both(world.ports_all, [ask])), timeout=30,
+                   interval=0.2,
                    what="both servers answer the three IPs")
         items = asks([("three", ns, "svc"), ("_http", "_tcp", "three", ns, "svc")], SEED + 6)
         diffs = compare.compare("one IP per cluster", world.ports_all, items, None)

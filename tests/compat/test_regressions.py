@@ -51,7 +51,8 @@ def test_glue_owners_point_at_the_srv_targets(resolver: Resolver) -> None:
     """As miekg/dns compresses them: every glue owner is a 2-byte pointer, so the reply has
     exactly the size CoreDNS's has, and fits (or truncates) at the same limits."""
     qname = f"_._tcp.ui.ns.svc.{ZONE}"
-    wire = resolver.handle(dns.message.make_query(qname, "SRV", use_edns=False).to_wire(), False)  # the wire bytes: their size is checked
+    query = dns.message.make_query(qname, "SRV", use_edns=False)
+    wire = resolver.handle(query.to_wire(), False)  # the bytes: their size is what is checked
     reply = dns.message.from_wire(wire)
     assert not reply.flags & dns.flags.TC
     srvs = [rd for rrset in reply.answer for rd in rrset]
