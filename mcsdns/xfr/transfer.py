@@ -64,7 +64,8 @@ import dns.tsig
 
 from ..zone import vocab
 from ..zone.compiler import NS_NAME, Service
-from ..zone.table import Table, collector_paused
+from ..zone.schedule import collector_paused
+from ..zone.table import Table
 from ..zone.vocab import Record
 from ..zone.wire import (AA, HEADER, QR, RD, RR_FIXED, SOA_EXPIRE, SOA_REFRESH, SOA_RETRY, SOA_TIMERS, SRV_FIXED, U16,
                    encode_labels, pointer)
