@@ -76,7 +76,7 @@ class App:
         if config.transfer_to:  # decision 8: zone transfers, off by default
             from .config import transfer_networks
             from .xfr.transfer import Transfers
-            from .xfr.tsigkey import load_key
+            from .xfr.tsig import load_key
 
             key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
             transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer)
