@@ -22,8 +22,9 @@ from .admin.orphans import Orphans
 from .admin.server import Admin
 from .config import Config, advertised_addresses
 from .metrics import Metrics, Views
+from .serve.loadbalance import RoundRobinResolver
 from .serve.querylog import QueryLog, chain, errors
-from .serve.resolve import Resolver, RoundRobinResolver
+from .serve.resolve import Resolver
 from .serve.transport import DnsServer, TcpLimits, server_label
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
