@@ -157,7 +157,7 @@ class App:
         `dns=False`: no DNS listeners (the --workers supervisor, whose forked workers answer)."""
         # The initial list or load allocates millions of objects that all live on, with no cycles
         # among them: the cyclic collector, triggered by the allocations alone, would scan the
-        # growing store again and again for nothing (a third of the list's CPU at 10k imports).
+        # growing store again and again for nothing.
         # It is paused until the sync (or the startup timeout); the collection below follows. A source
         # begun before the App (cli._begin_source) was begun with the collector paused already.
         collecting = gc.isenabled() or self._begun_early
@@ -177,8 +177,8 @@ class App:
                 gc.enable()
         # The initial objects live as long as the process: move them out of the collector's sight, so
         # a full collection while serving scans only what changed since (a latency spike otherwise).
-        # No collection first: it would scan every object of the sync (0.13 s at 10k imports, before
-        # the first answer) to free the few cycles the sync left (147 objects at 10k), which stay.
+        # No collection first: it would scan every object of the sync, before the first answer, to
+        # free the few cycles the sync left, which stay.
         gc.freeze()
         for host, port in self.config.listen if dns else ():
             await self.server.listen(host, port)

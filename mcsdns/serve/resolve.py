@@ -232,15 +232,13 @@ class Resolver:
             # fills no cache, while names asked again (an NXDOMAIN mix, search-path expansions) become
             # cache hits. The sightings are a fixed table of the keys' hashes (computed by the
             # cache lookups above, and salted per process, so nobody can aim collisions): bounded,
-            # nothing to empty (emptying a set of 32,768 keys stalled the event loop for up to 2.7 ms
-            # of CPU: benchmarks/results/stalls-previous.json), nothing kept per name. A note goes
-            # into one of two slots (a pair at an even index), an empty one first, else one of the
-            # two at random: when a note always replaced the last one in a single slot, two names
-            # on that slot asked in turn (a query file played in a loop, search-path expansions
-            # between other queries) wiped each other's note for good and were never cached (1,732
-            # of the 11,000 names of the benchmark's nxdomain mix, at 65,536 slots). Now a name
-            # asked twice in a row is cached at its second sight as before, and names sharing a
-            # pair in turn reach theirs within a few turns, in any order. A hash equal to another's
+            # nothing to empty (emptying a large set at once stalls the event loop), nothing kept
+            # per name. A note goes into one of two slots (a pair at an even index), an empty one
+            # first, else one of the two at random: were a note always to replace the last one in a
+            # single slot, two names on that slot asked in turn (a query file played in a loop,
+            # search-path expansions between other queries) would wipe each other's note for good
+            # and never be cached. A name asked twice in a row is cached at its second sight, and
+            # names sharing a pair in turn reach theirs within a few turns, in any order. A hash equal to another's
             # (a 64-bit coincidence) caches a reply on its first sight: the same reply, only earlier.
             seen = hash(exact if folded is None else folded)
             sighted = self._sighted
@@ -301,10 +299,8 @@ class Resolver:
         tracking at its first pass, and the query (a slots object: always tracked) sits in a dict of
         its own. A full packet cache is then 32,768 objects for every collection to scan, not twice
         as many, and fills with half the tracked allocations that trigger collections: with the
-        table frozen as `App.start` does, full collections (which stop the event loop) went from 6
-        to 3 per million queries and the longest from 19.3 to 12.7 ms of CPU (`python -m
-        benchmarks.gc_pauses`, 34,000 distinct packets; benchmarks/results/gc_pauses.json), for
-        one more dict lookup per hit (its key's hash is cached; ~0.03 us).
+        table frozen as `App.start` does, full collections (which stop the event loop) come half as
+        often and end sooner, for one more dict lookup per hit (its key's hash is cached).
         """
         size = 2 * size + len(reply) + _ENTRY_OVERHEAD  # key + the Query's copy of the packet + reply
         self._packet_bytes += size
@@ -495,9 +491,8 @@ class Resolver:
         if q.qtype != vocab.SOA and not reversed_ and table.synced and table.absent(q.lname, len(zwire)):
             # A name that cannot exist, told from its shape (random-subdomain floods): the shared
             # NXDOMAIN body, without the zone logic. Not in the negative cache, and in the packet
-            # cache only when asked again (`resolve`): storing a reply costs more than this lane
-            # (profiled: ~2.5 us against ~4 us for the whole query), and unique names would only
-            # push out the replies that are costly to make.
+            # cache only when asked again (`resolve`): storing a reply costs more than this lane,
+            # and unique names would only push out the replies that are costly to make.
             self._keep = False
             return self.reply(q, table.negative(vocab.NXDOMAIN, 12 + len(q.lname) - len(zwire)), limit)
         labels = split_labels(q.lname[: len(q.lname) - len(zwire)])

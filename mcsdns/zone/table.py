@@ -124,7 +124,7 @@ class Table(Schedule):
 
     def service_of(self, imp: ServiceImport, slices: tuple[EndpointSlice, ...], local: str | None) -> Service:
         """The Service answers see for `imp` and its `slices` with the local cluster `local` (`service`,
-        and a zone transfer's snapshot of the store, transfer.py)."""
+        and a zone transfer's snapshot of the store, xfr/stream.py)."""
         if self.config.ips_from_slices and not imp.headless and not imp.ips:
             # The one place the opt-in acts (decision 13): every answer, the plain lane, PTR and the
             # zone file take the service from here. A slice change recompiles the service already.
