@@ -1,4 +1,4 @@
-"""Time Table.compile for the two large-service cases of docs/reliability.md and for a whole
+"""Time Table.compile for the two large-service cases (benchmarks/results/HISTORY.md) and for a whole
 table of the scale data set, the one-pass compile (zone/fastpath.py) on and off (prints figures).
 
 usage: python -m benchmarks.compile_cost [repeats]

@@ -1,6 +1,6 @@
 """`mcsdns imports` and `mcsdns explain`: the admin API's /imports and /explain, for people.
 
-A plain HTTP client of a running server (default the local admin address;
+A thin HTTP client of a running server (default the local admin address;
 `kubectl port-forward pod/<mcsdns> 9153` makes a pod's the local one). It
 prints what the server says and computes nothing about the zone itself.
 Exit codes: 0 printed, 1 the server could not be asked (or said no), 2 bad usage.

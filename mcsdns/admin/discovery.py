@@ -1,6 +1,6 @@
 """What is imported here, and why a name answers what it answers: /imports and /explain.
 
-Two admin routes (issue 14) over the same objects and table the DNS answers
+Two admin routes over the same objects and table the DNS answers
 come from, never a second copy of the zone logic:
 
 * `/imports`: one entry per ServiceImport in the store, with its clusters'
@@ -41,7 +41,7 @@ from .pathcheck import BadVia, PathCheck, parse_via
 from .server import JSON, Response, Route
 
 _TYPE_N = re.compile(r"^TYPE(\d{1,5})$")
-YIELD_EVERY = 100  # imports listed between two turns of the event loop (~10 ms of work)
+YIELD_EVERY = 100  # imports listed between two turns of the event loop: a short stretch for the queries waiting
 _NAME_CHARS = re.compile(r"^[A-Za-z0-9_*-]+$")  # what a label of a name worth explaining holds
 
 
@@ -200,8 +200,8 @@ class Discovery:
     async def imports_json(self, namespace: str | None = None) -> bytes:
         """The /imports document, one import per line; the loop answers DNS between chunks of imports.
 
-        Listing 10,000 imports costs about a second of CPU: in one go it would hold every query
-        back that long. Imports removed while the list is built are left out; each entry is
+        Listing a large cluster set's imports takes long enough that, in one go, it would hold every
+        query back for the whole of it. Imports removed while the list is built are left out; each entry is
         consistent in itself, the list as a whole may straddle a change (as a paged API list does).
         """
         synced = self.table.synced

@@ -1,4 +1,4 @@
-"""EndpointSlices labelled for a service that has no ServiceImport: one log line each (issue 32).
+"""EndpointSlices labelled for a service that has no ServiceImport: one log line each.
 
 Such slices answer nothing (CoreDNS, too, makes names only from an import), which is right while
 an MCS controller is between writing the slices and the import, and wrong when it never writes

@@ -1,4 +1,4 @@
-"""Does the DNS that pods use bring a name to mcsdns? /explain's `via` check (issue 30).
+"""Does the DNS that pods use bring a name to mcsdns? /explain's `via` check.
 
 The most common reason a name that mcsdns answers fails in pods is outside mcsdns: the
 cluster's CoreDNS has no `clusterset.local` stub zone (the query goes to the upstream

@@ -8,7 +8,7 @@ injected registry. Other paths (/imports, /explain: discovery.py) are routes
 handed in by the app. A minimal HTTP/1.1 server is enough for probes and
 scrapes and keeps one shutdown path (no side thread).
 
-Bounded, because probes go through it (issue 12): a client holding many idle
+Bounded, because probes go through it: a client holding many idle
 or half-sent connections must not delay /ready past a kubelet's 1 s probe.
 The policy reads like DNS over TCP's (tcp.py), in the same terms:
 * **The table does not refuse while it can make room.** At most `max_connections` are open (for a

@@ -1,7 +1,7 @@
 """recvmmsg/sendmmsg through ctypes: a batch of UDP datagrams in one system call each way.
 
-At cached-answer rates one `recvfrom` and one `sendto` per datagram were the largest cost of a
-query (the profile: ~45% of the server's CPU). A `Batch` owns everything the two calls need,
+At cached-answer rates one `recvfrom` and one `sendto` per datagram are the largest cost of a
+query. A `Batch` owns everything the two calls need,
 allocated once per listening socket: one receive slot and one send slot of 65,536 bytes per
 datagram (anonymous mmap: the kernel maps a page only when it is written, so a slot that only ever
 sees small packets costs one page, not 64 KB), a 128-byte sockaddr_storage per datagram, and the
@@ -68,9 +68,8 @@ def _calls() -> tuple[Any, Any] | None:
 
     Declared without `argtypes`: the callers pass only ints (C ints: the descriptor, counts and
     flags), None (NULL) and ready-made `c_void_p`s, which ctypes hands over as they are. With
-    `argtypes` every call converted its arguments again, a ctypes array to `c_void_p` the dearest:
-    about 0.4-1.5 us a call measured on this machine's loaded cores, twice per wakeup, which at
-    light load (one datagram per wakeup) is a few percent of a query's CPU.
+    `argtypes` every call would convert its arguments again, a ctypes array to `c_void_p` the dearest,
+    twice per wakeup, which at light load (one datagram per wakeup) is paid by every query.
     """
     if not sys.platform.startswith("linux"):
         return None
@@ -163,7 +162,6 @@ class Batch:
         Raises OSError for a receive error (EINTR included), Unsupported when the kernel lacks the call.
         """
         # namelen back to 128 where the kernel wrote the real one: at light load one slot, one store
-        # (recv() with the system call stubbed out: 0.22 us copying all 64 headers back, 0.16 now)
         used = self._used
         if used == 1:
             self._rint[_NAMELEN] = NAME
@@ -269,8 +267,8 @@ class Peer:
 class Burst:
     """Fixed datagrams sent over and over on a connected socket, many per sendmmsg.
 
-    What a load generator needs to flood a server that itself batches (benchmarks/soak.py's
-    flooder): one call per slice of `packets`, no Python work per datagram.
+    What a load generator needs to flood a server that itself batches (for the tools, never the
+    server): one call per slice of `packets`, no Python work per datagram.
     """
 
     def __init__(self, packets: list[bytes]) -> None:

@@ -1,13 +1,12 @@
 """The event loop mcsdns runs on: asyncio's, with UDP readers called straight from the selector.
 
-At light load every datagram is its own wakeup, and asyncio's path from epoll to a reader costs
-about 1 us of CPU per wakeup on this project's machine (a selector key and event tuple, the
-loop's `_process_events`, a Handle queued on `_ready` and run through its context): most of
-what a cached answer's own Python work costs. A `DispatchSelector` calls a reader registered
+At light load every datagram is its own wakeup, and asyncio's path from epoll to a reader (a
+selector key and event tuple, the loop's `_process_events`, a Handle queued on `_ready` and run
+through its context) costs about as much as a cached answer's own Python work. A `DispatchSelector` calls a reader registered
 with `add_reader` here from its `select()` as epoll reports the descriptor, and hands every
 other descriptor to the loop as the stock selector does. Still on the loop thread, inside the
 loop's own iteration: every socket write stays on the loop thread (the supervisor's forks rely
-on that), and callbacks and tasks a reader schedules run in the same iteration as before.
+on that), and callbacks and tasks a reader schedules run in the same iteration as with the stock selector.
 
 Only where the running loop is a `SelectorEventLoop` on a `DispatchSelector` (the loop `new_loop`
 makes, which the command line runs); on any other loop (uvloop, an embedding program's, the tests'

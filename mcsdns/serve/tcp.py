@@ -61,7 +61,8 @@ RESERVED_FDS = 512
 # still buffered after a visit), HEAVY_TURN per visit. So a client pipelining thousands of queries on
 # thousands of connections is answered at the pace the loop can spare, a new connection's query waits
 # only behind other light ones, and UDP, the accepts and the admin port run between the turns: no loop
-# iteration answers more than TURN_BUDGET TCP queries (the whole loop stalled for seconds without it).
+# iteration answers more than TURN_BUDGET TCP queries (without the budget, such a client stalls the whole
+# loop).
 # LIGHT_TURN is 2 because resolvers send A and AAAA together.
 LIGHT_TURN = 2
 HEAVY_TURN = 16

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
-from ..zone.vocab import FORMERR  # noqa: F401 (re-exported, as before)
+from ..zone.vocab import FORMERR  # noqa: F401 (re-exported: part of this module's names)
 from ..zone.wire import Query
 from . import mmsg, selector
 from .querylog import errors

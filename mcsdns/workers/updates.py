@@ -10,7 +10,7 @@ bump follow), except that a service whose answers came with the update has
 them put in place instead of rendered: a change is rendered once, not N+1
 times. A service whose answers did not come with the update (a new local
 cluster id reorders every service; a table not yet synced) is compiled by the
-worker as before, so an update is never applied partly.
+worker itself, as one process compiles it, so an update is never applied partly.
 
 Pure: no I/O. The supervisor frames and sends the dict `update_of` returns.
 """

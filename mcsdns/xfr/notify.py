@@ -77,8 +77,8 @@ class Notifier:
         A round goes out WINDOW after the first change of the burst, or MIN_INTERVAL after the round
         before if that is later: the cap delays only a change that follows a round within MIN_INTERVAL,
         and by no more than the rest of the interval (waiting the whole interval after every round, then
-        the window, held a change that came 200 ms after a round for 300 ms: ixfr_follow's 1,000-import
-        run, where Knot answers within 250 ms and the next change comes right after)."""
+        the window, would hold a change that comes soon after a round for longer than the interval
+        itself, though a secondary that answers within MIN_INTERVAL is ready for it)."""
         last_round = -MIN_INTERVAL
         try:
             while not stop.is_set():
@@ -138,7 +138,7 @@ class Notifier:
                     await asyncio.sleep(wait)
                     continue
                 self._count("sent")
-                log.debug("NOTIFY to %s:%d sent", host, port)  # its time: benchmarks.ixfr_follow's breakdown
+                log.debug("NOTIFY to %s:%d sent", host, port)  # its timestamp is when the NOTIFY left
                 reply = await self._reply(loop, sock, qid, wait, mac)
                 if reply is None:
                     continue

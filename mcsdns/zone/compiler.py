@@ -32,8 +32,8 @@ class Entry(NamedTuple):
     """One (address, port, target) triple of the entries model.
 
     A named tuple rather than a dataclass: a headless service of 1000 endpoints x 100 ports makes
-    100,000 of them per compile, and a tuple is built in a third of the time (and unpacked whole
-    by the loops that read every field).
+    100,000 of them per compile, and a tuple is cheaper to build (and unpacked whole by the loops
+    that read every field).
     """
 
     ip: str

@@ -1,11 +1,11 @@
-"""The compiled answers of a plain ClusterSetIP service, written in one pass (Table.compile's fast path).
+"""The compiled answers of a simple ClusterSetIP service, written in one pass (Table.compile's fast path).
 
 Most services are ClusterSetIP imports with a few IPs and a few ports, and an initial sync compiles
 every one of them: through `compiler.compile_service` (the entries, then an `Answer` per name and
-type) and `wire.Renderer` (the records of each answer), that is most of a sync's CPU (~60 us a
-service, ~0.6 s of a 10,000-import sync). Their answers have one fixed shape, so this module writes
-the same bytes straight from the import: A/AAAA answers of the service's IPs, and SRV answers of the
-distinct port numbers, the target spelled out, the IPs as glue pointing to it.
+type) and `wire.Renderer` (the records of each answer), that is most of a sync's CPU. Their answers
+have one fixed shape, so this module writes the same bytes straight from the import: A/AAAA answers
+of the service's IPs, and SRV answers of the distinct port numbers, the target spelled out, the IPs
+as glue pointing to it.
 
 It decides nothing: `compiler.py` owns what each name answers, and `wire.Renderer` how it is laid out.
 `answers()` covers only the shape it can write exactly and returns None for anything else (a headless
@@ -37,7 +37,7 @@ Negative = Callable[[int, int], Body]  # Table.negative: (rcode, zone_at) -> the
 def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Negative
             ) -> list[tuple[bytes, int, Body]] | None:
     """(name in wire form, lower case; question type; body) of every compiled question of `imp`, in
-    the order Table.compile keeps them, or None when the import is not plain (the general path
+    the order Table.compile keeps them, or None when the import is not of that shape (the general path
     compiles it).
 
     `zones` are the table's zones in wire form; `negative` gives the shared NODATA body."""

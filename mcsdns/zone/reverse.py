@@ -15,7 +15,7 @@ reverse zones covering CIDR and answers:
 A CIDR that does not end on an octet (IPv4) or nibble (IPv6) boundary is split into the zones
 that do: a /20 becomes 16 /24 zones (`0.16.172.in-addr.arpa` ... `15.16.172.in-addr.arpa`), so
 every name in those zones is an address of the CIDR and every address outside the CIDRs stays
-with the upstream, forwarded as before.
+with the upstream, forwarded as without the flag.
 
 This module only computes: zone names, the PTR index, and the answer for one question. The
 table (table.py) compiles the PTR answers when services change; resolve.py calls `answer` for

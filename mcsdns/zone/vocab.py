@@ -50,8 +50,8 @@ class Record(NamedTuple):
     """A resource record with its owner relative to the zone (None = the query name as asked).
 
     Record, Answer (and wire.Body, objects.Address) are named tuples rather than frozen
-    dataclasses: just as immutable, and built in half the time (a frozen dataclass sets each
-    field through object.__setattr__), which a sync pays once per record of every service.
+    dataclasses: just as immutable, and cheaper to build (a frozen dataclass sets each field
+    through object.__setattr__), which a sync pays once per record of every service.
     """
 
     owner: tuple[str, ...] | None
