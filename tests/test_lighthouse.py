@@ -136,7 +136,8 @@ def _workloads() -> list[dict]:
 @pytest.fixture(scope="module")
 def exported(cluster: Cluster, agent: lighthouse.Deployed) -> dict[str, list[dict]]:
     """The Services exported; returns what the agent wrote in their namespace once it is complete:
-    an import per Service, and slices holding both web pods' readiness and both db pods."""
+    an import per Service (ClusterSetIP ones with their ports), and slices for web and plain and
+    both db pods."""
     api = cluster.api()
     started = time.monotonic()
     for obj in _workloads():
@@ -153,7 +154,10 @@ def exported(cluster: Cluster, agent: lighthouse.Deployed) -> dict[str, list[dic
             by_service.setdefault(sl["metadata"]["labels"].get(SERVICE_NAME, ""), []).append(sl)
         db_addresses = [a for sl in by_service.get("db", []) for ep in sl.get("endpoints") or []
                         for a in ep["addresses"]]
-        if (set(imports) == {"web", "db", "plain"} and imports["web"]["spec"].get("ips")
+        # A ClusterSetIP import gets its ports only once its slice reached the broker (seconds
+        # after the import itself): wait for them, so what is compared and dumped is settled.
+        ported = all(i["spec"].get("ports") for i in imports.values() if i["spec"]["type"] == "ClusterSetIP")
+        if (set(imports) == {"web", "db", "plain"} and imports["web"]["spec"].get("ips") and ported
                 and len(db_addresses) == 2 and by_service.get("web") and by_service.get("plain")):
             return got
         return None
