@@ -182,7 +182,8 @@ def test_a_change_after_a_quiet_month_still_reads_as_newer() -> None:
     value would be a step RFC 1982 reads as older, and secondaries would keep the old zone. Each step
     stays below 2**31, and the clock is caught up over the next changes."""
     from mcsdns.store import Store
-    from mcsdns.zone.table import Table, TableConfig, clock_serial
+    from mcsdns.zone.serial import clock_serial
+    from mcsdns.zone.table import Table, TableConfig
 
     table = Table(TableConfig((ZONE.rstrip("."),), 5, None, ("127.0.0.1",)), Store())
     month_ago = clock_serial() - 30 * 86400 * 1000

@@ -22,7 +22,7 @@ from mcsdns.metrics import Metrics
 from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.kubeapi import KubeConfigError
-from mcsdns.sources.watching import Listed
+from mcsdns.sources.events import Listed
 from testsupport.inprocess import ask, build_table
 from testsupport.testbed import Testbed
 

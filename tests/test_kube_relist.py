@@ -25,7 +25,8 @@ from mcsdns.metrics import Metrics
 from mcsdns.objects import Address, EndpointSlice, Namespace, Port, ServiceImport
 from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.kube import KubeSettings, KubeSource
-from mcsdns.sources.watching import PAGE_SIZE, Listed, ListedPage, Problem, Upserted
+from mcsdns.sources.events import Listed, ListedPage, Problem, Upserted
+from mcsdns.sources.watching import PAGE_SIZE
 from mcsdns.store import Store
 from mcsdns.zone.table import Table
 from testsupport.inprocess import ask, build_table

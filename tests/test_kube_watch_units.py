@@ -25,8 +25,7 @@ from kubernetes.client import Configuration
 from mcsdns.objects import ServiceImport
 from mcsdns.sources import kubeapi, watching
 from mcsdns.sources.kube import KubeSettings, KubeSource, SourceCrashed
-from mcsdns.sources.watching import (
-    Backoff,
+from mcsdns.sources.events import (
     Bookmark,
     Deleted,
     Expired,
@@ -36,10 +35,9 @@ from mcsdns.sources.watching import (
     Rejected,
     Upserted,
     UsingVersion,
-    Watcher,
     Watching,
-    resources,
 )
+from mcsdns.sources.watching import Backoff, Watcher, resources
 from mcsdns.store import Store
 
 MCS = "multicluster.x-k8s.io"

@@ -23,7 +23,8 @@ import pytest
 import yaml
 
 from testsupport.cases import MAIN, Z
-from mcsdns.serve.resolve import Resolver, RoundRobinResolver
+from mcsdns.serve.loadbalance import RoundRobinResolver
+from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import build_table
 from testsupport.objects import headless_service
 from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer, ask, exchange, order

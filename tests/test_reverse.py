@@ -225,7 +225,8 @@ def test_mutated_packets_with_both_flags_on(tmp_path):
     from prometheus_client import CollectorRegistry
 
     from mcsdns.metrics import Metrics
-    from mcsdns.serve.resolve import Resolver, RoundRobinResolver
+    from mcsdns.serve.loadbalance import RoundRobinResolver
+    from mcsdns.serve.resolve import Resolver
     from testsupport.inprocess import build_table
     from testsupport.fuzz import mutate, run_one, seed_queries
     from test_locality import documents as locality_documents

@@ -1,4 +1,4 @@
-"""The transfer decision list (mcsdns/xfr/transfer.py's docstring, decision 8) as a table, in process.
+"""The transfer decision list (mcsdns/xfr/policy.py, decision 8) as a table, in process: `Policy.decide`.
 
 Each row is one request (type, class, name, signature, the client's address, UDP or TCP, an IXFR's
 serial) to a server in one state (a key configured, synced, its clock), and what it gets: the rcode,
@@ -27,7 +27,8 @@ import pytest
 from mcsdns.objects import convert
 from mcsdns.serve.resolve import Resolver
 from mcsdns.xfr.journal import Journal
-from mcsdns.xfr.transfer import BADKEY, BADSIG, BADTIME, Transfers, _Incremental, _Whole
+from mcsdns.xfr.policy import Incremental, Policy, Whole
+from mcsdns.xfr.tsig import BADKEY, BADSIG, BADTIME
 from mcsdns.zone.table import Table
 from testsupport.inprocess import KINDS, build_table
 from testsupport.objects import namespace, service_import
@@ -166,27 +167,27 @@ def request(row: Row, ours: int, before: int) -> dns.message.Message:
 def test_transfer_decisions(row: Row) -> None:
     table, before = served(row.synced)
     counted: list[tuple[str, str]] = []
-    transfers = Transfers(table, ALLOWED, KEY if row.key else None,
-                          on_result=lambda kind, result: counted.append((kind, result)))
-    transfers.journal = table.journal
+    policy = Policy(table, ALLOWED, KEY if row.key else None,
+                    on_result=lambda kind, result: counted.append((kind, result)))
+    policy.journal = table.journal
     fallbacks: list[str] = []
-    transfers.on_fallback = fallbacks.append
-    transfers.clock = lambda: time.time() + row.clock_ahead
+    policy.on_fallback = fallbacks.append
+    policy.clock = lambda: time.time() + row.clock_ahead
     query = request(row, table.soa_serial, before)
     wire = query.to_wire()
-    replies = list(transfers.decide(wire, row.client, row.tcp, Resolver(table).handle))
+    replies = list(policy.decide(wire, row.client, row.tcp, Resolver(table).handle))
 
     assert len(replies) == 1, replies
     (reply,) = replies
     kind = {"AXFR": "axfr", "IXFR": "ixfr"}.get(row.qtype, "query")
     assert fallbacks == ([row.fallback] if row.fallback else [])
-    if row.reply == "zone":  # counted once the zone is written (serve_tcp), as the result it carries
-        assert isinstance(reply, _Whole), reply
+    if row.reply == "zone":  # counted once the zone is written (Transfers.serve_tcp), as the result it carries
+        assert isinstance(reply, Whole), reply
         assert counted == [] and (reply.kind, reply.result) == (kind, row.result)
     else:
         assert counted == ([(kind, row.result)] if row.result else [])
     if row.reply in ("zone", "changes"):
-        assert isinstance(reply, _Whole if row.reply == "zone" else _Incremental), reply
+        assert isinstance(reply, Whole if row.reply == "zone" else Incremental), reply
         assert (reply.ctx is not None) == (row.tsig_error is not None)  # each message signed as it goes out
         if row.reply == "changes":  # our SOA, the client's, nothing deleted, our SOA, the service added, our SOA
             soas = [rec.data[0] for owner, rec in reply.records if rec.rtype == dns.rdatatype.SOA]
@@ -221,7 +222,7 @@ def test_transfer_decisions(row: Row) -> None:
 def test_a_request_that_cannot_be_read_is_formerr_or_dropped() -> None:
     """Two questions, or a TSIG record not last: FORMERR; shorter than a header: no reply at all."""
     table, _ = served(True)
-    transfers = Transfers(table, ALLOWED)
+    policy = Policy(table, ALLOWED)
     two = dns.message.make_query(ZONE, "AXFR")
     two.question.append(two.question[0])
     tsig_first = dns.message.make_query(ZONE, "AXFR")
@@ -232,7 +233,7 @@ def test_a_request_that_cannot_be_read_is_formerr_or_dropped() -> None:
     record = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 0, 4) + bytes([10, 0, 0, 1])  # the question's name, A 10.0.0.1
     tsig_not_last = signed[:10] + b"\x00\x02" + signed[12:] + record
     for data in (two.to_wire(), tsig_not_last):
-        (reply,) = transfers.decide(data, INSIDE, True, Resolver(table).handle)
+        (reply,) = policy.decide(data, INSIDE, True, Resolver(table).handle)
         message = dns.message.from_wire(reply, keyring=False, question_only=True)
         assert message.rcode() == dns.rcode.FORMERR and message.id == int.from_bytes(data[:2], "big")
-    assert list(transfers.decide(unsigned[:11], INSIDE, True, Resolver(table).handle)) == [None]
+    assert list(policy.decide(unsigned[:11], INSIDE, True, Resolver(table).handle)) == [None]
