@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 PROBE = '''
 import pytest

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from testsupport.serverproc import ROOT, Server
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
 
 
 def walkthrough(title: str = "## A dig walk-through", page: str = "README.md") -> list[tuple[str, list[str]]]:
@@ -36,7 +36,7 @@ def test_walkthrough_is_not_empty():
 
 @pytest.fixture(scope="module")
 def server():
-    with Server() as s:
+    with McsdnsServer() as s:
         yield s
 
 
@@ -62,7 +62,7 @@ def test_discovery_walkthrough_is_not_empty():
 
 @pytest.fixture(scope="module")
 def dnssd_server():
-    with Server("--dns-sd") as s:
+    with McsdnsServer("--dns-sd") as s:
         yield s
 
 

@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 DURATION = 20
 

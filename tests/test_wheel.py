@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.serverproc import ROOT, Server
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
 
 
 def run(*cmd: str | Path, cwd: Path, timeout: float = 600) -> str:
@@ -51,7 +51,7 @@ def test_installed_package_is_the_wheel(venv: Path, tmp_path: Path) -> None:
 
 
 def test_serve_from_the_wheel_answers_the_bundled_example(venv: Path) -> None:
-    server = Server()
+    server = McsdnsServer()
     server.argv = [str(venv / "bin" / "mcsdns"), "serve", "--listen", f"127.0.0.1:{server.dns_port}",
                    "--http-listen", f"127.0.0.1:{server.http_port}", "--lameduck", "0", "--upstream", "none"]
     with server:

@@ -290,6 +290,7 @@ RESOURCES: dict[str, Resource] = {
     "RoleBinding": Resource("rbac.authorization.k8s.io", "rolebindings", True),
     "CustomResourceDefinition": Resource("apiextensions.k8s.io", "customresourcedefinitions", False),
     "Deployment": Resource("apps", "deployments", True),
+    "StatefulSet": Resource("apps", "statefulsets", True),
     "PodDisruptionBudget": Resource("policy", "poddisruptionbudgets", True),
     "HorizontalPodAutoscaler": Resource("autoscaling", "horizontalpodautoscalers", True),
     "Lease": Resource("coordination.k8s.io", "leases", True),
