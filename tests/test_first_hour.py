@@ -1,0 +1,126 @@
+"""A newcomer's first commands, as they meet them: `mcsdns --help`, a default start, a command piped
+into `head`, a port in use, `--listen HOST` without a port, a bad value in a flags file.
+
+Each runs the real `python -m mcsdns` and checks what the user sees: its output and its exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import dns.message
+import dns.query
+import pytest
+
+from testsupport.serverproc import ROOT, Server
+from testsupport.testbed import free_port
+
+
+def mcsdns(*argv: str, timeout: float = 30, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mcsdns", *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, **kw)
+
+
+def test_help_describes_the_command_not_the_module() -> None:
+    proc = mcsdns("--help")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "DNS server for Kubernetes Multi-Cluster Services" in text
+    assert "`mcsdns serve` runs the server" in text and "argv -> Config" not in text
+
+
+def _started(server: Server) -> str:
+    with server:
+        assert server.query("web.demo.svc.clusterset.local.", "A").answer
+    return server.log()
+
+
+def _with_open_files(server: Server, limit: int, *args: str) -> Server:
+    """`server` run under an open-file limit of `limit`, the default --max-tcp-connections (20000) above it."""
+    server.argv = ["prlimit", f"--nofile={limit}:{limit}", sys.executable, "-m", "mcsdns", "serve",
+                   "--listen", f"127.0.0.1:{server.dns_port}", "--http-listen", f"127.0.0.1:{server.http_port}",
+                   "--lameduck", "0", "--upstream", "none", *args]
+    return server
+
+
+def test_a_default_start_warns_about_nothing_the_user_did_not_set() -> None:
+    """Under an open-file limit below the default TCP cap the cap is lowered quietly (the flag's help says
+    so); a cap the operator asked for and cannot have is still a warning."""
+    log = _started(_with_open_files(Server(), 4096))
+    assert "WARNING" not in log, log
+    assert "does not fit the open-file limit" in log  # said, at INFO
+    log = _started(_with_open_files(Server(), 4096, "--max-tcp-connections", "10000"))
+    assert "WARNING mcsdns.tcp: --max-tcp-connections 10000 does not fit the open-file limit" in log, log
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server() as s:
+        yield s
+
+
+def _into_a_closed_pipe(argv: list[str]) -> subprocess.CompletedProcess:
+    """`mcsdns ARGV | head` where head has already gone: stdout is a pipe whose reader is closed."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "mcsdns", *argv], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=30, cwd=ROOT)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("argv", [["zone"], ["--help"], ["serve", "--help"], ["--version"], ["imports"],
+                                  ["explain", "web.demo"], ["imports", "-o", "json"]], ids=" ".join)
+def test_output_into_a_closed_pipe_ends_quietly(server: Server, argv: list[str]) -> None:
+    """As `cat` or `grep` end: by SIGPIPE (the shell shows 141), no traceback, nothing on stderr."""
+    if argv[0] in ("imports", "explain"):
+        argv = [*argv, "--server", f"http://127.0.0.1:{server.http_port}"]
+    proc = _into_a_closed_pipe(argv)
+    assert proc.returncode == -signal.SIGPIPE and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_zone_piped_into_head_prints_its_first_lines() -> None:
+    proc = subprocess.run(f"{sys.executable} -m mcsdns zone | head -2", shell=True, capture_output=True,
+                          text=True, timeout=30, cwd=ROOT, executable="/bin/bash")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines()[1] == "$ORIGIN clusterset.local."
+
+
+def test_a_dns_port_in_use_is_named() -> None:
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", port))
+        proc = mcsdns("serve", "--listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0", "--upstream", "none")
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot start: --listen 127.0.0.1:{port} (DNS over UDP and TCP): Address already in use" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_listen_without_a_port_listens_on_5353() -> None:
+    """`--listen HOST` means HOST:5353, the documented default port, as --help and docs/flags.md say
+    (another loopback address than the default's, so a server already on 127.0.0.1:5353 is no obstacle)."""
+    host = "127.0.0.77"
+    server = Server()
+    server.argv = [sys.executable, "-m", "mcsdns", "serve", "--listen", host, "--listen", f"127.0.0.1:{server.dns_port}",
+                   "--http-listen", f"127.0.0.1:{server.http_port}", "--lameduck", "0", "--upstream", "none"]
+    with server:
+        reply = dns.query.udp(dns.message.make_query("web.demo.svc.clusterset.local.", "A"), host, port=5353, timeout=2)
+        assert [rd.address for rrset in reply.answer for rd in rrset] == ["10.96.10.10"]
+    assert "a HOST without a port listens on port 5353" in " ".join(mcsdns("serve", "--help").stdout.split())
+    assert "a host without a port means port 5353" in (ROOT / "docs" / "flags.md").read_text()
+
+
+def test_a_value_out_of_range_in_a_flags_file_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "flags"
+    path.write_text("# the ConfigMap\n--listen=127.0.0.1:5353\n--ttl 99999\n")
+    proc = mcsdns("serve", "--flags-file", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert f"--flags-file {path}, line 3 (--ttl 99999): --ttl must be in range [0, 3600]: 99999" in proc.stderr
+    proc = mcsdns("serve", "--flags-file", str(path), "--ttl", "99998")  # given after the file: the command line's
+    assert proc.returncode == 2 and "error: --ttl must be in range [0, 3600]: 99998" in proc.stderr, proc.stderr
