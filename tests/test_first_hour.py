@@ -6,7 +6,9 @@ Each runs the real `python -m mcsdns` and checks what the user sees: its output 
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,8 +19,11 @@ import dns.message
 import dns.query
 import pytest
 
-from testsupport.serverproc import ROOT, Server
+from testsupport.serverproc import ROOT, Server, eventually
 from testsupport.testbed import free_port
+
+sys.path.insert(0, str(Path(__file__).parent))
+from upstreams import dead_port  # noqa: E402
 
 
 def mcsdns(*argv: str, timeout: float = 30, **kw) -> subprocess.CompletedProcess:
@@ -124,3 +129,58 @@ def test_a_value_out_of_range_in_a_flags_file_names_the_file_and_line(tmp_path: 
     assert f"--flags-file {path}, line 3 (--ttl 99999): --ttl must be in range [0, 3600]: 99999" in proc.stderr
     proc = mcsdns("serve", "--flags-file", str(path), "--ttl", "99998")  # given after the file: the command line's
     assert proc.returncode == 2 and "error: --ttl must be in range [0, 3600]: 99998" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------- a broken manifests file
+
+BROKEN = "apiVersion: v1\nkind: [unclosed\n"
+BROKEN_REASON = "invalid YAML/JSON at line 3: did not find expected ',' or ']'"
+
+
+def imports_cli(server: Server, *args: str) -> subprocess.CompletedProcess:
+    return mcsdns("imports", "--server", f"http://127.0.0.1:{server.http_port}", *args)
+
+
+def test_a_manifests_file_broken_at_start_is_named_by_ready_imports_and_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "app.yaml"
+    path.write_text(BROKEN)
+    with Server("--manifests", str(path), "--startup-timeout", "0", wait_ready=False) as server:
+        status, body = server.http("/ready")
+        assert status == 503 and f"{path}: {BROKEN_REASON}" in body, body
+        doc = json.loads(server.http("/imports")[1])
+        assert doc["synced"] is False and f"{path}: {BROKEN_REASON}" in doc["not_synced"]
+        assert doc["rejected"] == [{"kind": "File", "namespace": "", "name": str(path),
+                                    "reason": f"{BROKEN_REASON}; nothing from it is served (it never loaded)"}]
+        proc = imports_cli(server)
+        assert proc.returncode == 1, proc
+        assert f"rejected: File {path}: {BROKEN_REASON}; nothing from it is served" in proc.stdout
+        assert f"mcsdns imports: the server is not synced: manifests not loaded: {path}: {BROKEN_REASON}" in proc.stderr
+        assert imports_cli(server, "-o", "json").returncode == 1
+        log = server.log()
+    assert f"{path}: invalid YAML/JSON at line 3" in log and "nothing from it is served (it never loaded)" in log
+    assert "last good" not in log, log  # there were none
+
+
+def test_a_manifests_file_broken_while_running_is_listed_as_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "app.yaml"
+    shutil.copy(ROOT / "mcsdns" / "examples" / "clusterset.yaml", path)
+    with Server("--manifests", str(path)) as server:
+        assert imports_cli(server).returncode == 0
+        path.write_text(BROKEN)
+        rejected = eventually(lambda: json.loads(server.http("/imports")[1])["rejected"], timeout=10)
+        assert rejected == [{"kind": "File", "namespace": "", "name": str(path),
+                             "reason": f"{BROKEN_REASON}; keeping its last good objects"}]
+        proc = imports_cli(server)
+        assert proc.returncode == 0 and proc.stderr == "", proc  # synced: the last good objects serve
+        assert f"rejected: File {path}: {BROKEN_REASON}; keeping its last good objects" in proc.stdout
+        assert "web" in proc.stdout and server.http("/ready") == (200, "OK")
+
+
+def test_explain_says_a_short_name_is_outside_the_zone_and_which_name_is_meant() -> None:
+    with Server("--upstream", dead_port()) as server:
+        proc = mcsdns("explain", "web.demo", "--server", f"http://127.0.0.1:{server.http_port}")
+    assert proc.returncode == 0, proc.stderr
+    first, reason = proc.stdout.splitlines()[:2]
+    assert first == "web.demo. A: forwarded (outside the zones served here)"
+    assert reason.startswith("web.demo. is outside the zones served here (clusterset.local): it is forwarded")
+    assert "web.demo is imported here: ask web.demo.svc.clusterset.local." in reason
