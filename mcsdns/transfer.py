@@ -28,14 +28,15 @@ The decisions, in the order they are taken (`Transfers.decide`):
    signed, our time in the other data (5.2.3). Without a key configured, a
    signed request is BADKEY;
 3. class not IN: REFUSED (as the query path refuses other classes); the name is
-   not the apex of a served forward zone: NOTAUTH; not synced yet: SERVFAIL (a
+   not the apex of a served zone (forward, or reverse with --reverse-cidr): NOTAUTH; not synced yet: SERVFAIL (a
    transfer before the initial list would hand out a partial zone);
 4. AXFR over UDP: NOTIMP (RFC 5936 4.2 defines none; Knot answers the same);
    IXFR whose authority section is not one SOA of the zone: FORMERR;
 5. IXFR over UDP, or from a client at our serial: our SOA alone (RFC 1995 2, 4);
    from a serial the journal holds (journal.py): the changes since, condensed into
    one difference (RFC 1995 4); any other (newer than ours, purged from the journal,
-   never ours): the whole zone in AXFR form, as RFC 1995 4 allows, counted by reason;
+   never ours, or of a reverse zone, which keeps no journal): the whole zone in AXFR form, as
+   RFC 1995 4 allows, counted by reason;
 6. AXFR over TCP: the SOA, every record, the SOA again, in messages of at most
    16 KiB (PACK_LIMIT), the question in the first only, each signed when the request was
    (RFC 8945 5.3.1: every message, the digest chained).
@@ -62,10 +63,10 @@ import dns.rdatatype
 import dns.rdtypes.ANY.TSIG
 import dns.tsig
 
-from . import vocab
+from . import reverse, vocab
 from .compile import NS_NAME, Service
 from .table import Table, collector_paused
-from .vocab import Record
+from .vocab import Absolute, Record
 from .wire import (AA, HEADER, QR, RD, RR_FIXED, SOA_EXPIRE, SOA_REFRESH, SOA_RETRY, SOA_TIMERS, SRV_FIXED, U16,
                    encode_labels, pointer)
 from .wire import _address_record as address_record  # A/AAAA as the query path writes them
@@ -206,6 +207,32 @@ class _Snapshot:
         yield self.soa
 
 
+class _ReverseSnapshot:
+    """A reverse zone (`--reverse-cidr`) at one serial: its records taken whole when the transfer
+    starts (the PTR index changes in place, so a lazy walk could mix serials). A reverse zone holds
+    one PTR per indexed address in it: a list of tuples, built in one go."""
+
+    def __init__(self, table: Table, lname: bytes) -> None:
+        self.generation = table.generation
+        self.soa = soa_record(table)
+        zone = tuple(label.decode() for label in _wire_labels(lname))
+        self.rest = reverse.zone_records(zone, table.ptr, table.forward_zones, table.ttl, table.config.ns_addresses)
+
+    def records(self) -> Iterator[Owned]:
+        yield self.soa
+        yield from self.rest
+        yield self.soa
+
+
+def _wire_labels(lname: bytes) -> list[bytes]:
+    """The labels of a wire-form name (no compression: a zone apex as the table keeps it)."""
+    labels, i = [], 0
+    while lname[i]:
+        labels.append(lname[i + 1 : i + 1 + lname[i]])
+        i += 1 + lname[i]
+    return labels
+
+
 class _Stream:
     """One zone's AXFR messages at one serial (ID 0, the question `zone AXFR IN` in the first), packed
     as the transfers reading them ask for them.
@@ -220,7 +247,7 @@ class _Stream:
     next transfer; an older one goes when its last transfer ends.
     """
 
-    def __init__(self, snapshot: _Snapshot, zone: str) -> None:
+    def __init__(self, snapshot: _Snapshot | _ReverseSnapshot, zone: str) -> None:
         self.generation = snapshot.generation
         self.messages: list[bytes] = []
         self.done = False
@@ -301,6 +328,8 @@ class _Packer:
                 text = data.encode()  # type: ignore[attr-defined]
                 rdata = b"".join(bytes([len(text[i : i + 255])]) + text[i : i + 255]
                                  for i in range(0, max(len(text), 1), 255))
+            elif type(data) is Absolute:  # a reverse zone's PTR: a forward-zone name, written whole
+                rdata = encode_labels(data.labels) + b"\x00"
             elif rtype == vocab.NS or rtype == vocab.PTR:  # a PTR of DNS-SD browsing (--dns-sd)
                 rdata = self._name(_flat(data), at)  # type: ignore[arg-type]
             elif rtype == vocab.SOA:
@@ -373,6 +402,9 @@ class Transfers:
         self.key = key
         self.on_result = on_result  # metrics: (type, result) of every transfer request
         self.zones = {z: name for z, name in zip(table.zones, table.config.zones)}  # apex wire form -> name
+        # --reverse-cidr: the reverse zones, transferred whole (no IXFR journal: an IXFR behind our
+        # serial gets the whole zone, as RFC 1995 4 allows); not NOTIFY'd (`zones` are).
+        self.reverse_zones = {z: ".".join(label.decode() for label in _wire_labels(z)) for z in table.reverse_zones}
         self._streams: dict[bytes, _Stream] = {}  # the newest serial's AXFR messages, by zone
         self.active = 0
         self.clock: Callable[[], float] = time.time
@@ -492,7 +524,7 @@ class Transfers:
         if req.qclass != vocab.CLASS_IN:
             yield fail(vocab.REFUSED, "class")
             return
-        zone = self.zones.get(req.lname)
+        zone = self.zones.get(req.lname) or self.reverse_zones.get(req.lname)
         if zone is None:
             yield fail(NOTAUTH, "notauth")
             return
@@ -512,7 +544,10 @@ class Transfers:
                 self._result(kind, "current" if client_serial == serial else "udp_soa")
                 yield self._dress(self.soa_message(req.lname), req, ctx)
                 return
-            diff = self.journal.since(client_serial, serial) if self.journal is not None else "unknown"
+            if req.lname in self.reverse_zones:
+                diff: Any = "reverse_zone"  # no journal of a reverse zone's changes
+            else:
+                diff = self.journal.since(client_serial, serial) if self.journal is not None else "unknown"
             if isinstance(diff, str):  # no history from that serial: the whole zone (RFC 1995 4)
                 if self.on_fallback is not None:
                     self.on_fallback(diff)
@@ -534,15 +569,19 @@ class Transfers:
 
     def soa_message(self, lname: bytes) -> bytes:
         """The zone's current SOA as a one-answer message (ID 0, question `zone AXFR IN`): NOTIFY's base."""
-        return soa_message(self.table, self.zones[lname])
+        return soa_message(self.table, self.zones.get(lname) or self.reverse_zones[lname])
 
     def _stream(self, lname: bytes) -> _Stream:
         """The zone's messages at the table's current serial: the stream of a transfer still under way or
         done at this serial, else a new one from a snapshot taken now."""
         stream = self._streams.get(lname)
         if stream is None or stream.generation != self.table.generation:
-            zone = self.zones[lname]
-            stream = self._streams[lname] = _Stream(_Snapshot(self.table), zone)
+            if lname in self.reverse_zones:
+                snapshot: _Snapshot | _ReverseSnapshot = _ReverseSnapshot(self.table, lname)
+                zone = self.reverse_zones[lname]
+            else:
+                snapshot, zone = _Snapshot(self.table), self.zones[lname]
+            stream = self._streams[lname] = _Stream(snapshot, zone)
         return stream
 
     def _dress(self, message: bytes, req: Request, ctx: "Signer | None") -> bytes:

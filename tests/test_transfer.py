@@ -33,6 +33,7 @@ import dns.xfr
 import dns.zone
 import pytest
 
+from testsupport.secondaries import KnotSecondary
 from testsupport.serverproc import ROOT, Server, exchange
 
 ZONE = "clusterset.local."
@@ -285,17 +286,51 @@ def test_address_outside_the_list_is_refused() -> None:
     assert 'mcsdns_transfers_total{result="refused",type="axfr"} 1.0' in metrics
 
 
-def test_a_reverse_zone_does_not_transfer() -> None:
-    """--reverse-cidr zones answer PTR queries, but only a forward zone's apex transfers (docs/transfers.md):
-    AXFR and IXFR of the reverse zone are NOTAUTH, the forward zone still transfers."""
+def test_a_reverse_zone_transfers_what_its_queries_answer(tmp_path: Path) -> None:
+    """--reverse-cidr zones transfer like the forward zone (docs/transfers.md): the AXFR of
+    `10.in-addr.arpa` holds its SOA, NS, the NS target's address and one PTR per clusterset address in
+    it, each what a PTR query answers; an IXFR behind our serial gets the whole zone (no journal of a
+    reverse zone), at our serial the SOA alone; and Knot, a real secondary of the reverse zone, loads
+    it and answers the PTRs."""
+    reverse = "10.in-addr.arpa."
     with Server("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
-                "--reverse-cidr", "10.96.0.0/16") as server:
-        assert server.query("10.10.96.10.in-addr.arpa.", "PTR").answer  # the reverse zone is served
-        for qtype in ("AXFR", "IXFR"):
-            query = ixfr(1, name="96.10.in-addr.arpa.") if qtype == "IXFR" else make("96.10.in-addr.arpa.", "AXFR")
-            reply = ask_tcp(server.dns_port, query)
-            assert reply.rcode() == dns.rcode.NOTAUTH and not reply.answer, (qtype, reply)
-        assert len(contents(transferred(server.dns_port))) > 20
+                "--reverse-cidr", "10.0.0.0/8", "--tsig-key-file", str(key_file(tmp_path))) as server:
+        keyring = KEYRING
+        zone = dns.zone.Zone(reverse, relativize=False)
+        dns.query.inbound_xfr("127.0.0.1", zone, make(reverse, "AXFR", keyring), port=server.dns_port, timeout=10)
+        got = {(name.to_text(), dns.rdatatype.to_text(rds.rdtype), rd.to_text())
+               for name, rds in zone.iterate_rdatasets() for rd in rds if rds.rdtype != dns.rdatatype.SOA}
+        assert got == {
+            (reverse, "NS", f"ns.dns.{reverse}"), (f"ns.dns.{reverse}", "A", "127.0.0.1"),
+            (f"20.1.1.{reverse}", "PTR", "db-0.east.db.demo.svc.clusterset.local."),
+            (f"20.1.2.{reverse}", "PTR", "db-0.west.db.demo.svc.clusterset.local."),
+            (f"10.10.96.{reverse}", "PTR", "web.demo.svc.clusterset.local."),
+        }
+        for name, qtype, data in got:
+            reply = server.query(name, qtype)
+            assert {rd.to_text() for rrset in reply.answer for rd in rrset} == {data}, (name, qtype)
+        serial = server.query(reverse, "SOA").answer[0][0].serial
+        assert zone.get_soa().serial == serial
+        signed = ixfr(serial, name=reverse)
+        signed.use_tsig(keyring, "xfr-key.")
+        current = ask_tcp(server.dns_port, signed, keyring)
+        assert [r.rdtype for r in current.answer] == [dns.rdatatype.SOA], current
+        older = dns.zone.Zone(reverse, relativize=False)
+        query, _ = dns.xfr.make_query(older, serial=serial - 1, keyring=keyring, keyname="xfr-key.")
+        dns.query.inbound_xfr("127.0.0.1", older, query, port=server.dns_port, timeout=10)
+        assert older.get_soa().serial == serial and len(list(older.iterate_rdatas())) == len(got) + 1
+        metrics = server.http("/metrics")[1]
+        assert 'mcsdns_ixfr_fallbacks_total{reason="reverse_zone"} 1.0' in metrics
+        try:
+            secondary = KnotSecondary(tmp_path / "knot", server.dns_port, ("xfr-key", "hmac-sha256", SECRET), zone=reverse)
+        except RuntimeError as err:  # knotd missing: a failure in CI (.ci/run installs it)
+            pytest.skip(str(err))
+        with secondary:
+            assert secondary.serial() == serial
+            reply = dns.query.udp(dns.message.make_query(f"10.10.96.{reverse}", "PTR"), "127.0.0.1", port=secondary.port,
+                                  timeout=2)
+            assert [rd.to_text() for rrset in reply.answer for rd in rrset] == ["web.demo.svc.clusterset.local."]
+        assert len(contents(transferred(server.dns_port, keyring))) > 20  # the forward zone still transfers
 
 
 # --------------------------------------------------------------------------- IXFR, UDP, malformed
