@@ -1,5 +1,5 @@
-"""Time Table.compile for the two large-service cases of docs/reliability.md and for a whole
-table of the scale data set, the one-pass compile (plain.py) on and off (prints figures).
+"""Time Table.compile for the two large-service cases (benchmarks/results/HISTORY.md) and for a whole
+table of the scale data set, the one-pass compile (zone/fastpath.py) on and off (prints figures).
 
 usage: python -m benchmarks.compile_cost [repeats]
 """
@@ -61,9 +61,9 @@ def main():
     # with one port, and the headless ones), as Table._compile_everything compiles them.
     spec = Spec(imports=10_000)
     objs = [convert(o) for o in dataset_objects(spec)]
-    for plain in (True, False):
+    for fast in (True, False):
         table = build_table(objects=objs, compile_changes=False)
-        table.plain = plain
+        table.use_fastpath = fast
         keys = list(table.store.imports)
         cpu = []
         for _ in range(repeats):
@@ -71,7 +71,7 @@ def main():
             for key in keys:
                 table.compile(key)
             cpu.append(time.process_time() - c0)
-        print(f"scale data set, {len(keys)} services, one-pass compile {'on' if plain else 'off'}: "
+        print(f"scale data set, {len(keys)} services, one-pass compile {'on' if fast else 'off'}: "
               f"CPU min {min(cpu):.3f} s over {repeats} ({min(cpu) / len(keys) * 1e6:.1f} us a service); "
               f"{len(table.answers)} keys")
 

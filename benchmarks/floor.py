@@ -4,7 +4,7 @@ Issue #34 asks mcsdns for at most 1.15x Knot's CPU per query at 20,000 q/s, wher
 carries one to three datagrams. This server tells how much of the distance any Python server
 would have to cover: it answers from mcsdns's own `Resolver` (the same compiled table, packet cache
 and lanes) with the same system calls per wakeup as mcsdns's batched UDP path (epoll_wait,
-recvmmsg, sendmmsg through `mcsdns.mmsg`), and does nothing else: no asyncio loop, no TCP, no
+recvmmsg, sendmmsg through `mcsdns.serve.mmsg`), and does nothing else: no asyncio loop, no TCP, no
 HTTP listener, one counter per reply code instead of CoreDNS's metrics, no query log, no forwarding.
 What mcsdns costs above it is its serving around the resolver (the event loop, the transport's
 layers, the metrics); what it costs above Knot is Python's own wakeup and the resolver.
@@ -22,8 +22,8 @@ import select
 import socket
 from pathlib import Path
 
-from mcsdns import mmsg
-from mcsdns.transport import UDP_BATCH
+from mcsdns.serve import mmsg
+from mcsdns.serve.transport import UDP_BATCH
 from testsupport.inprocess import build_resolver
 
 from . import dataset

@@ -28,7 +28,7 @@ import time
 from array import array
 from pathlib import Path
 
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import KINDS, build_table
 
 from . import dataset as ds

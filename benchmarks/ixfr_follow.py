@@ -107,7 +107,7 @@ def measure(size: int, changes: int, work: Path) -> dict[str, Any]:
     }
 
 
-_EVENT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) DEBUG mcsdns\.\w+: "
+_EVENT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) DEBUG mcsdns(?:\.\w+)+: "
                     r"(NOTIFY to \S+ sent|NOTIFY to \S+ acknowledged|ixfr request: ixfr)$", re.M)
 
 

@@ -2,7 +2,7 @@
 
 The suite measures each cell once: CPU per query at each server's own maximum and at one rate. The
 ratio of two such figures moves between runs by more than the target's margin (1.17x, 1.46x and
-1.44x at most in three runs of the same code paths: docs/performance.md), so one run cannot settle
+1.44x at most in three runs of the same code paths: benchmarks/results/HISTORY.md), so one run cannot settle
 "cached CPU per query <= 1.25x Knot's". This takes the cached mixes of one to ten records at fixed
 rates below both servers' maxima and measures mcsdns (from manifests) and Knot in turns, `rounds`
 times, the first server alternating per round, on the suite's data set, pinning and dnsperf

@@ -21,7 +21,7 @@ import time
 from prometheus_client import CollectorRegistry
 
 from mcsdns.metrics import Metrics, Views
-from mcsdns.transport import DnsServer, Listener
+from mcsdns.serve.transport import DnsServer, Listener
 
 from . import dataset as ds
 from .resolve_cost import build, packet

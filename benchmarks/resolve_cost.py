@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mcsdns import resolve
-from mcsdns.resolve import Resolver
+from mcsdns.serve import resolve
+from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import build_resolver
 
 from . import dataset as ds

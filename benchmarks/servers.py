@@ -74,7 +74,7 @@ def udp_rcvbuf(port: int) -> int | None:
 def mcsdns_rcvbuf() -> int:
     """The buffer the kernel gives mcsdns's UDP socket: it asks SO_RCVBUF = transport.UDP_RCVBUF, the
     kernel caps that at net.core.rmem_max and doubles it (the doubled figure is what `ss` shows)."""
-    from mcsdns.transport import UDP_RCVBUF
+    from mcsdns.serve.transport import UDP_RCVBUF
 
     try:
         cap = int(Path("/proc/sys/net/core/rmem_max").read_text())

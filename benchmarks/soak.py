@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcsdns import mmsg
+from mcsdns.serve import mmsg
 from testsupport.objects import MCS, endpoint, endpoint_slice, namespace, service_import
 from testsupport.serverproc import ROOT, Server
 from testsupport.testbed import ApiError, KubeClient, Testbed

@@ -100,7 +100,7 @@ def print_table(rows: list[dict[str, Any]], header: bool = True) -> None:
 
 
 def markdown(stored: dict[str, Any]) -> str:
-    """The stored run as the table docs/reliability.md quotes (tests/test_overload.py checks the quote)."""
+    """The stored run as the table benchmarks/results/HISTORY.md quotes (tests/test_overload.py checks the quote)."""
     lines = ["| server | connections held (median) | sources | TCP answered within 1 s | TCP p50 / p99 / max ms | "
              "UDP answered | server RSS MB before -> max | connections the server closed |",
              "|---|---|---|---|---|---|---|---|"]
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="hold: each connection sends nothing, half a prefix or a lying prefix; pipeline: 100 "
                         "queries, and never reads a reply (comma list)")
     parser.add_argument("--out", type=Path, help="store the rows as JSON here")
-    flags.add_markdown(parser, "docs/reliability.md")
+    flags.add_markdown(parser, "benchmarks/results/HISTORY.md")
     args = parser.parse_args(argv)
     if args.markdown is not None:
         return flags.print_markdown(parser, args.markdown, markdown)

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from .admin import Admin
+from .admin.discovery import Discovery, Rejection
+from .admin.orphans import Orphans
+from .admin.server import Admin
 from .config import Config, advertised_addresses
-from .discovery import Discovery, Rejection
 from .metrics import Metrics, Views
-from .orphans import Orphans
-from .querylog import QueryLog, chain, errors
-from .resolve import Resolver, RoundRobinResolver
+from .serve.querylog import QueryLog, chain, errors
+from .serve.resolve import Resolver, RoundRobinResolver
+from .serve.transport import DnsServer, TcpLimits, server_label
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
-from .table import Table, TableConfig
-from .transport import DnsServer, TcpLimits, server_label
+from .zone.table import Table, TableConfig
 
 if TYPE_CHECKING:
     from .sources.kube import KubeSource
@@ -76,13 +76,13 @@ class App:
         self.notifier = None
         if config.transfer_to:  # decision 8: zone transfers, off by default
             from .config import transfer_networks
-            from .transfer import Transfers
-            from .tsigkey import load_key
+            from .xfr.transfer import Transfers
+            from .xfr.tsigkey import load_key
 
             key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
             transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer)
             if config.ixfr_journal_bytes:
-                from .journal import Journal
+                from .xfr.journal import Journal
 
                 self.table.journal = transfers.journal = Journal(self.table, config.ixfr_journal_bytes,
                                                                  config.ixfr_journal_age)
@@ -90,7 +90,7 @@ class App:
             transfers.on_fallback = self.metrics.ixfr_fallback
             self.server.transfers = self.resolver.transfers = transfers
             if config.notify:
-                from .notify import Notifier
+                from .xfr.notify import Notifier
 
                 self.notifier = Notifier(transfers, config.notify, self.metrics.notified)
                 self.table.on_bump = self.notifier.changed
@@ -99,7 +99,7 @@ class App:
         self.source = source.attach(self.store, self.metrics) if source is not None else self._make_source()
         self._begun_early = source is not None  # cli paused the collector with it (start resumes it)
         if config.dns_sd:
-            from .dnssd import DnsSd
+            from .zone.dnssd import DnsSd
 
             self.table.dnssd = DnsSd(self.table)
         self.discovery = Discovery(self.table, self.resolver, self.rejections, self.readiness,
@@ -119,7 +119,7 @@ class App:
         return ManifestSource(paths, self.store, on_error=self.metrics.rejected, on_sync=self.metrics.sync_confirmed)
 
     def _make_forwarder(self):
-        from .forward import ForwardConfig, Forwarder, upstreams_from_config
+        from .forward.forwarder import ForwardConfig, Forwarder, upstreams_from_config
 
         upstreams = upstreams_from_config(self.config)
         if not upstreams:

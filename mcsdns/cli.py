@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the clusterset zone as an RFC 1035 zone file: every record mcsdns would answer, compiled "
         "from manifests (or one list of the Kubernetes API) exactly as `serve` compiles them. Names that exist only "
         "by CoreDNS's rules (pod.<zone>, namespaces without services) have no records and are not printed."))
-    from .client import add_parsers
+    from .admin.client import add_parsers
 
     add_parsers(sub)  # `imports` and `explain`: clients of a running server's admin API
     return parser
@@ -89,7 +89,7 @@ def _zone(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise ConfigError(f"--timeout must be in range (0, 3600] seconds: {args.timeout}")
     except ConfigError as exc:
         parser.error(str(exc))
-    from .zonefile import ZoneSourceError, run
+    from .xfr.zonefile import ZoneSourceError, run
 
     try:
         run(config, sys.stdout, args.timeout)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("mcsdns %s serving %s from %s", __version__, ", ".join(config.zones), config.describe_source())
     try:
         if config.workers > 1:
-            from .supervisor import supervise
+            from .workers.supervisor import supervise
 
             return supervise(config, _run_loop)
         _run_loop(_serve(config, _begin_source(config)))
@@ -164,14 +164,14 @@ def where_set(message: str, origins: dict[str, str]) -> str:
 
 
 def _run_loop(main_coro) -> None:
-    """asyncio.run on dispatch.py's loop (UDP readers called from the selector), or on uvloop when
+    """asyncio.run on selector.py's loop (UDP readers called from the selector), or on uvloop when
     MCSDNS_LOOP=uvloop and it is installed (measured: docs/performance.md).
 
     asyncio is imported here, after `_begin_source`, not at the top: the API server's first lists are
     then asked for ~10 ms sooner (asyncio's imports, inspect's among them, on an idle machine)."""
     import asyncio
 
-    from . import dispatch
+    from .serve import selector
 
     if os.environ.get("MCSDNS_LOOP", "").lower() == "uvloop":
         try:
@@ -180,7 +180,7 @@ def _run_loop(main_coro) -> None:
             log.warning("MCSDNS_LOOP=uvloop but uvloop is not installed: using asyncio's default loop")
         else:
             return uvloop.run(main_coro)
-    with asyncio.Runner(loop_factory=dispatch.new_loop) as runner:  # asyncio.run, on dispatch.py's loop
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:  # asyncio.run, on selector.py's loop
         return runner.run(main_coro)
 
 

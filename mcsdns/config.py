@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from .reverse import MAX_ZONES, ReverseError, zone_networks
+from .zone.reverse import MAX_ZONES, ReverseError, zone_networks
 
 if TYPE_CHECKING:
     from .sources.kube import KubeSettings
@@ -144,11 +144,11 @@ class Config:
     notify: tuple[tuple[str, int], ...] = ()  # secondaries sent NOTIFY (RFC 1996) after every change
     ixfr_journal_bytes: int = 4 << 20  # IXFR history (journal.py): the records of the last changes, bounded by
     ixfr_journal_age: float = 10800.0  # size and by age (beyond the SOA refresh of 2 h); older serials get AXFR
-    # DNS over TCP (RFC 7766; the policy is tcp.py's). A connection costs a descriptor and about 2 KB (the RSS
-    # figures of benchmarks.tcp_hold), so the cap bounds both; over it, the connection longest without a
-    # complete query makes room (never a refusal). A client holding more than the cap and reopening what is
-    # closed makes every accept an eviction, and new connections queue behind its surplus: so the cap sits
-    # well above what one client can hold (20000, ~40 MB), lowered to fit the open-file limit (TcpLimits.fitted).
+    # DNS over TCP (RFC 7766; the policy is tcp.py's). A connection costs a descriptor and a few KB of memory,
+    # so the cap bounds both; over it, the connection longest without a complete query makes room (never a
+    # refusal). A client holding more than the cap and reopening what is closed makes every accept an
+    # eviction, and new connections queue behind its surplus: so the cap sits well above what one client can
+    # hold (its memory still small), lowered to fit the open-file limit (TcpLimits.fitted).
     max_tcp_connections: int = 20000
     tcp_idle_timeout: float = 10.0  # seconds without a complete query (CoreDNS's idle timeout); also bounds a stalled reader
     tcp_first_query_timeout: float = 3.0  # seconds from the accept to the first complete query (CoreDNS: a few)
@@ -159,7 +159,7 @@ class Config:
     # Admin HTTP: /health, /ready, /metrics on one listener (CoreDNS's metrics port).
     http_listen: tuple[str, int] | None = ("127.0.0.1", 9153)
     # /imports and /explain list every imported name to whoever reaches the admin port; "off" answers them 404
-    # (metrics and probes unchanged). On by default, as before the flag existed.
+    # (metrics and probes unchanged). On by default: `off` is for an admin port that others can reach.
     discovery: str = "on"
 
     # Forwarding of names outside the zones.
@@ -255,7 +255,7 @@ class Config:
             if not _address_or_hostname(host):
                 raise ConfigError(f"--notify {hostport_text(host, port)}: {host!r} is neither an IP address nor a host name")
         if self.tsig_key_file is not None:
-            from .tsigkey import KeyFileError, load_key  # (dnspython's TSIG: loaded only when a key is given)
+            from .xfr.tsigkey import KeyFileError, load_key  # (dnspython's TSIG: loaded only when a key is given)
 
             if not self.transfer_to:
                 raise ConfigError("--tsig-key-file needs --transfer-to (who may transfer): without it transfers are off")

@@ -29,10 +29,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .querylog import client_text, errors
-from .replycheck import REASONS as MISMATCH_REASONS
-from .vocab import BADVERS, RCODE_TEXT, TYPE_TEXT
-from .wire import REUSED, Query
+from .forward.replycheck import REASONS as MISMATCH_REASONS
+from .serve.querylog import client_text, errors
+from .zone.vocab import BADVERS, RCODE_TEXT, TYPE_TEXT
+from .zone.wire import REUSED, Query
 
 log = logging.getLogger(__name__)
 

@@ -410,7 +410,7 @@ def readme_table(options: tuple[Option, ...] = SERVE_OPTIONS) -> str:
     return "\n".join(lines + ["", README_END])
 
 
-def _plain(markdown: str) -> str:
+def _as_text(markdown: str) -> str:
     """A README cell as plain text: links keep their words, code loses its backticks."""
     return re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", markdown).replace("`", "")
 
@@ -419,9 +419,9 @@ def _flag_lines(options: tuple[Option, ...], comment: str, item: str) -> list[st
     """Every flag as `comment` lines: `item` + its usage and default, then its meaning, wrapped."""
     lines = []
     for opt in options:
-        lines.append(f"{comment}{item}{opt.usage()}  (default: {_plain(opt.shown_default)})")
+        lines.append(f"{comment}{item}{opt.usage()}  (default: {_as_text(opt.shown_default)})")
         indent = comment + " " * (len(item) + 4)
-        lines += textwrap.wrap(_plain(opt.doc), 100, initial_indent=indent, subsequent_indent=indent,
+        lines += textwrap.wrap(_as_text(opt.doc), 100, initial_indent=indent, subsequent_indent=indent,
                                break_on_hyphens=False)  # `re-created` stays one word
     return lines
 

@@ -15,7 +15,7 @@ import random
 import dns.message
 import dns.rcode
 
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import build_resolver
 from test_resolve_lanes import CHILD_TYPES, absent_children, contract_questions, edns_query, mixed_case, plain_query
 from test_zone import FIXTURES

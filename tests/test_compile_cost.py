@@ -1,4 +1,4 @@
-"""Compiling a service lists its entries once and groups them by name (compile.service_entries).
+"""Compiling a service lists its entries once and groups them by name (compiler.service_entries).
 
 These tests hold the grouped compile to what `answer()` says name by name, and check the
 answers of services with many ports. They are not timed: the speed figures come from a
@@ -11,10 +11,10 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 
-from mcsdns import compile as zone
+from mcsdns.zone import compiler
 from mcsdns.objects import Address, EndpointSlice, Port, ServiceImport
-from mcsdns.resolve import Resolver
-from mcsdns.table import Table
+from mcsdns.serve.resolve import Resolver
+from mcsdns.zone.table import Table
 from testsupport.inprocess import NS_ADDRESSES, build_table
 from testsupport.objects import endpoint_slice, namespace, service_import
 
@@ -70,17 +70,17 @@ def test_compile_service_gives_what_answer_gives_for_every_name():
         for key in table.store.imports:
             svc = table.service(*key)
             expected = [
-                (labels, qtype, zone.answer(labels, qtype, table, 5, NS_ADDRESSES))
-                for labels in zone.service_names(svc)
-                for qtype in zone.COMPILED_TYPES
+                (labels, qtype, compiler.answer(labels, qtype, table, 5, NS_ADDRESSES))
+                for labels in compiler.service_names(svc)
+                for qtype in compiler.COMPILED_TYPES
             ]
-            assert list(zone.compile_service(svc, table, 5, NS_ADDRESSES)) == expected, key
-            without_endpoints = [e for e in expected if not zone.parse(e[0]).endpoint]
-            assert list(zone.compile_service(svc, table, 5, NS_ADDRESSES, endpoint_names=False)) == without_endpoints, key
+            assert list(compiler.compile_service(svc, table, 5, NS_ADDRESSES)) == expected, key
+            without_endpoints = [e for e in expected if not compiler.parse(e[0]).endpoint]
+            assert list(compiler.compile_service(svc, table, 5, NS_ADDRESSES, endpoint_names=False)) == without_endpoints, key
 
 
-def pairwise_srv_records(entries: list[zone.Entry], ttl: int) -> tuple[tuple, tuple]:
-    """What `zone.srv_records` computes, by its definition: each (target, port) pair's SRV record and
+def pairwise_srv_records(entries: list[compiler.Entry], ttl: int) -> tuple[tuple, tuple]:
+    """What `compiler.srv_records` computes, by its definition: each (target, port) pair's SRV record and
     each (target, address) pair's glue once, in entry order, records past REPLY_RECORDS_MAX left out."""
     counted = [e for e in entries if e.srv]
     weight = max(1, 100 // len(counted)) if counted else 0
@@ -89,15 +89,15 @@ def pairwise_srv_records(entries: list[zone.Entry], ttl: int) -> tuple[tuple, tu
     for e in counted:
         if e.port == -1:
             continue
-        srv = zone.Record(None, zone.SRV, ttl, (zone.REMOTE_PRIORITY if e.remote else zone.LOCAL_PRIORITY, weight, e.port, e.target))
+        srv = compiler.Record(None, compiler.SRV, ttl, (compiler.REMOTE_PRIORITY if e.remote else compiler.LOCAL_PRIORITY, weight, e.port, e.target))
         if all(r.data[2:] != srv.data[2:] for r in answers):
-            if len(answers) == zone.REPLY_RECORDS_MAX:
+            if len(answers) == compiler.REPLY_RECORDS_MAX:
                 break
             answers.append(srv)
-        glue = zone.Record(e.target, zone.AAAA if e.v6 else zone.A, ttl, e.ip)
+        glue = compiler.Record(e.target, compiler.AAAA if e.v6 else compiler.A, ttl, e.ip)
         if glue not in extra:
             extra.append(glue)
-    return tuple(answers), tuple(extra[: zone.REPLY_RECORDS_MAX - len(answers)])
+    return tuple(answers), tuple(extra[: compiler.REPLY_RECORDS_MAX - len(answers)])
 
 
 def test_srv_records_keep_each_pair_once_as_their_definition_says():
@@ -115,13 +115,13 @@ def test_srv_records_keep_each_pair_once_as_their_definition_says():
         table = build_table(objects=[namespace("ns"), *varied_services(), *wide], synced=True, local_cluster=local_cluster)
         for key in table.store.imports:
             svc = table.service(*key)
-            (bare, _), by_port = zone.service_entries(svc)
-            for entries in [bare, *(group for group, _ in by_port.values()), *zone.endpoint_entries(svc).values()]:
-                glue: zone.Glue = {}
-                answers, _ = zone.srv_records(entries, 5, glue)
-                cut += len(answers) == zone.REPLY_RECORDS_MAX
-                assert zone.srv_records(entries, 5, glue) == pairwise_srv_records(entries, 5), key
-                assert zone.srv_records(entries, 5, glue) == pairwise_srv_records(entries, 5), key  # glue shared
+            (bare, _), by_port = compiler.service_entries(svc)
+            for entries in [bare, *(group for group, _ in by_port.values()), *compiler.endpoint_entries(svc).values()]:
+                glue: compiler.Glue = {}
+                answers, _ = compiler.srv_records(entries, 5, glue)
+                cut += len(answers) == compiler.REPLY_RECORDS_MAX
+                assert compiler.srv_records(entries, 5, glue) == pairwise_srv_records(entries, 5), key
+                assert compiler.srv_records(entries, 5, glue) == pairwise_srv_records(entries, 5), key  # glue shared
                 checked += len(entries)
     assert checked > 2 * 80 * 60 and cut == 2  # the wide service's name, with and without --local-cluster
 
@@ -163,8 +163,8 @@ def test_headless_with_many_endpoints_and_named_ports():
         assert ask(resolver, wrong, "SRV").rcode() == dns.rcode.NXDOMAIN
     # The service name's SRV: every (target, port) pair once (too many for one message: checked before rendering).
     svc = table.service("ns", "big")
-    ((_, _, bare_srv),) = [r for r in zone.compile_service(svc, table, 5, NS_ADDRESSES, endpoint_names=False)
-                                   if r[0] == ("big", "ns", "svc") and r[1] == zone.SRV]  # fmt: skip
+    ((_, _, bare_srv),) = [r for r in compiler.compile_service(svc, table, 5, NS_ADDRESSES, endpoint_names=False)
+                                   if r[0] == ("big", "ns", "svc") and r[1] == compiler.SRV]  # fmt: skip
     pairs = [(".".join(rec.data[3]), rec.data[2]) for rec in bare_srv.answer]
     assert len(pairs) == len(set(pairs)) == 200 * 7
     assert {rec.data[1] for rec in bare_srv.answer} == {1}

@@ -1,7 +1,7 @@
-"""dispatch.py's loop: UDP readers called from the selector, everything else as asyncio does it.
+"""selector.py's loop: UDP readers called from the selector, everything else as asyncio does it.
 
 In process, on real loopback sockets: the same listener on asyncio's stock loop and on
-`dispatch.new_loop()` sends byte for byte the same replies; on the dispatch loop the reader is
+`selector.new_loop()` sends byte for byte the same replies; on the dispatch loop the reader is
 the selector's (no asyncio handle), stops when the listener stops accepting, moves to the plain
 path in place, and a reader that raises is reported to the loop's exception handler while the
 loop and the other descriptors go on. The command line's servers (every subprocess test) run on it.
@@ -17,9 +17,9 @@ import time
 import dns.message
 import pytest
 
-from mcsdns import dispatch
-from mcsdns.resolve import Resolver
-from mcsdns.transport import DnsServer
+from mcsdns.serve import selector
+from mcsdns.serve.resolve import Resolver
+from mcsdns.serve.transport import DnsServer
 from testsupport.inprocess import build_table
 from testsupport.serverproc import ROOT
 
@@ -27,7 +27,7 @@ EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
 NAMES = ("web.demo.svc.clusterset.local.", "WEB.demo.svc.clusterset.local.", "nothere.demo.svc.clusterset.local.",
          "db.demo.svc.clusterset.local.")
 
-pytestmark = pytest.mark.skipif(not hasattr(selectors, "EpollSelector"), reason="dispatch.py's selector is epoll's")
+pytestmark = pytest.mark.skipif(not hasattr(selectors, "EpollSelector"), reason="selector.py's selector is epoll's")
 
 
 def _queries() -> list[bytes]:
@@ -71,7 +71,7 @@ async def _exchange(server: DnsServer, addr: tuple[str, int], queries: list[byte
 def _run(coro_fn, on_dispatch: bool):
     if not on_dispatch:
         return asyncio.run(coro_fn())
-    with asyncio.Runner(loop_factory=dispatch.new_loop) as runner:
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
         return runner.run(coro_fn())
 
 
@@ -87,15 +87,15 @@ def test_the_dispatch_loop_answers_as_asyncio_s_own(batched: bool) -> None:
         addr = await server.listen("127.0.0.1", 0)
         loop = asyncio.get_running_loop()
         fd = server._udp[0].fileno()
-        selector = getattr(loop, "_selector", None)
-        direct = isinstance(selector, dispatch.DispatchSelector) and fd in selector.direct
+        current = getattr(loop, "_selector", None)
+        direct = isinstance(current, selector.DispatchSelector) and fd in current.direct
         try:
             alone = await _exchange(server, addr, queries, one_by_one=True)
             burst = await _exchange(server, addr, queries, one_by_one=False)
         finally:
             server.stop_accepting()
-            if isinstance(selector, dispatch.DispatchSelector):
-                assert fd not in selector.direct and fd not in selector.get_map()
+            if isinstance(current, selector.DispatchSelector):
+                assert fd not in current.direct and fd not in current.get_map()
             await server.drain(0)
         return alone, burst, direct
 
@@ -125,7 +125,7 @@ def test_a_reader_that_raises_is_reported_and_the_loop_goes_on() -> None:
             calls["n"] += 1
             raise ValueError("boom")
 
-        dispatch.add_reader(loop, a.fileno(), bad)
+        selector.add_reader(loop, a.fileno(), bad)
         loop.add_reader(c.fileno(), lambda: other.done() or other.set_result(c.recv(16)))  # the loop's own
         try:
             b.send(b"1")
@@ -135,14 +135,14 @@ def test_a_reader_that_raises_is_reported_and_the_loop_goes_on() -> None:
             deadline = time.monotonic() + 5
             while calls["n"] < 2 and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-            removed = dispatch.remove_reader(loop, a.fileno())
+            removed = selector.remove_reader(loop, a.fileno())
         finally:
             loop.remove_reader(c.fileno())
             for s in (a, b, c, d):
                 s.close()
         return reported, calls["n"], removed
 
-    with asyncio.Runner(loop_factory=dispatch.new_loop) as runner:
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
         reported, calls, removed = runner.run(scenario())
     assert calls == 2 and removed
     assert len(reported) == 2 and all(isinstance(r["exception"], ValueError) for r in reported)
@@ -157,16 +157,16 @@ def test_a_reader_replaced_in_place_is_the_new_one() -> None:
         a.setblocking(False)
         seen: list[str] = []
         done = loop.create_future()
-        dispatch.add_reader(loop, a.fileno(), lambda: seen.append("first"))
-        dispatch.add_reader(loop, a.fileno(), lambda: (seen.append("second:" + a.recv(8).decode()), done.set_result(None)))
+        selector.add_reader(loop, a.fileno(), lambda: seen.append("first"))
+        selector.add_reader(loop, a.fileno(), lambda: (seen.append("second:" + a.recv(8).decode()), done.set_result(None)))
         try:
             b.send(b"q")
             await asyncio.wait_for(done, 5)
         finally:
-            dispatch.remove_reader(loop, a.fileno())
+            selector.remove_reader(loop, a.fileno())
             a.close()
             b.close()
         return seen
 
-    with asyncio.Runner(loop_factory=dispatch.new_loop) as runner:
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
         assert runner.run(scenario()) == ["second:q"]

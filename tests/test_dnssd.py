@@ -202,13 +202,13 @@ def test_answers_kept_change_by_change_equal_the_answer_functions():
 
     import struct
 
-    from mcsdns import dnssd
-    from mcsdns.compile import Service
-    from mcsdns.dnssd import DnsSd
-    from mcsdns.wire import encode_labels
+    from mcsdns.zone import dnssd
+    from mcsdns.zone.compiler import Service
+    from mcsdns.zone.dnssd import DnsSd
+    from mcsdns.zone.wire import encode_labels
     from mcsdns.objects import Namespace, to_endpoint_slice, to_service_import
     from mcsdns.store import Store
-    from mcsdns.table import Table, TableConfig
+    from mcsdns.zone.table import Table, TableConfig
 
     config = TableConfig(("clusterset.local",), 5, frozenset({"ns0", "ns1"}), ("127.0.0.1",))
     ports = [{"name": "http", "protocol": "TCP", "port": 80}, {"name": "dns", "protocol": "UDP", "port": 53},

@@ -60,7 +60,7 @@ def test_a_default_start_warns_about_nothing_the_user_did_not_set() -> None:
     assert "WARNING" not in log, log
     assert "does not fit the open-file limit" in log  # said, at INFO
     log = _started(_with_open_files(Server(), 4096, "--max-tcp-connections", "10000"))
-    assert "WARNING mcsdns.tcp: --max-tcp-connections 10000 does not fit the open-file limit" in log, log
+    assert "WARNING mcsdns.serve.tcp: --max-tcp-connections 10000 does not fit the open-file limit" in log, log
 
 
 @pytest.fixture(scope="module")

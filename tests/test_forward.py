@@ -25,7 +25,7 @@ from testsupport.serverproc import ROOT, eventually, free_port
 from upstreams import Fake, ForwardingServer, Knot, dead_port
 
 from mcsdns.config import Config
-from mcsdns.forward import ForwardingLoop, check_loops, is_self, read_resolv_conf, upstreams_from_config
+from mcsdns.forward.forwarder import ForwardingLoop, check_loops, is_self, read_resolv_conf, upstreams_from_config
 
 IN_ZONE = "web.demo.svc.clusterset.local."
 

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from mcsdns.metrics import Metrics
 from mcsdns.objects import InvalidObject, convert
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.manifests import ManifestSource
 from mcsdns.store import Store
 from testsupport.cases import MAIN, Z, check, make_query

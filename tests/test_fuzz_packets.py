@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from mcsdns.metrics import Metrics
 from mcsdns.objects import convert
-from mcsdns.resolve import Resolver
-from mcsdns.transport import DnsServer, TcpLimits
+from mcsdns.serve.resolve import Resolver
+from mcsdns.serve.transport import DnsServer, TcpLimits
 from testsupport.cases import MAIN, Z, check, make_query
 from testsupport.fuzz import (
     FUZZ_INPUTS,
@@ -74,7 +74,7 @@ def test_mutated_packets(resolvers):
     assert outcomes.get("NOERROR", 0) > FUZZ_INPUTS * 0.1 and outcomes.get("FORMERR", 0) > FUZZ_INPUTS * 0.1
 
 
-# Inputs the fuzzer found, kept as regressions (each was a violation before its fix; docs/reliability.md).
+# Inputs the fuzzer found, kept as regressions (each was a violation before its fix; benchmarks/results/HISTORY.md).
 FOUND = {
     # An OPT in the answer section plus one in the additional section (RFC 6891: at most one OPT): the
     # second one's 4096-byte size was used, and a 1661-byte UDP reply went to a query dnspython rejects.

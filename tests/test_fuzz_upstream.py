@@ -37,11 +37,11 @@ import dns.rrset
 from prometheus_client import CollectorRegistry
 
 from mcsdns.config import Config
-from mcsdns.forward import ForwardConfig, Forwarder
+from mcsdns.forward.forwarder import ForwardConfig, Forwarder
 from mcsdns.metrics import Metrics
-from mcsdns.replycheck import REASONS, checks_data
-from mcsdns.transport import LocalReply
-from mcsdns.wire import parse_query
+from mcsdns.forward.replycheck import REASONS, checks_data
+from mcsdns.serve.transport import LocalReply
+from mcsdns.zone.wire import parse_query
 
 FUZZ_INPUTS = int(os.environ.get("MCSDNS_FUZZ_UPSTREAM_INPUTS", "2000"))
 FUZZ_SEED = int(os.environ.get("MCSDNS_FUZZ_SEED", "1645"))

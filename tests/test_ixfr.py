@@ -1,4 +1,4 @@
-"""IXFR from the journal (RFC 1995, mcsdns/journal.py) and the SOA serial (decision 9), over real sockets.
+"""IXFR from the journal (RFC 1995, mcsdns/xfr/journal.py) and the SOA serial (decision 9), over real sockets.
 
 dnspython's IXFR client applies what mcsdns sends to its copy of the zone, change after
 change (creates, updates, deletes), and must end with exactly the zone a fresh AXFR gives:
@@ -181,7 +181,7 @@ def test_a_change_after_a_quiet_month_still_reads_as_newer() -> None:
     value would be a step RFC 1982 reads as older, and secondaries would keep the old zone. Each step
     stays below 2**31, and the clock is caught up over the next changes."""
     from mcsdns.store import Store
-    from mcsdns.table import Table, TableConfig, clock_serial
+    from mcsdns.zone.table import Table, TableConfig, clock_serial
 
     table = Table(TableConfig((ZONE.rstrip("."),), 5, None, ("127.0.0.1",)), Store())
     month_ago = clock_serial() - 30 * 86400 * 1000

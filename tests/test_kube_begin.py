@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from kube_server import MCS, endpoint_slice, ensure_crd, service_import
 from mcsdns.metrics import Metrics
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.kubeapi import KubeConfigError
 from mcsdns.sources.watching import Listed

@@ -23,11 +23,11 @@ from prometheus_client import CollectorRegistry
 from kube_server import ES_API, MCS, NXDOMAIN, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.metrics import Metrics
 from mcsdns.objects import Address, EndpointSlice, Namespace, Port, ServiceImport
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.watching import PAGE_SIZE, Listed, ListedPage, Problem, Upserted
 from mcsdns.store import Store
-from mcsdns.table import Table
+from mcsdns.zone.table import Table
 from testsupport.inprocess import build_table
 from testsupport.testbed import Testbed
 

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from kube_server import ES_API, MCS, NXDOMAIN, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.metrics import Metrics
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from mcsdns.sources import watching
 from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.kubeapi import ApiConnection, load_configuration

@@ -26,9 +26,9 @@ import dns.rrset
 from testsupport.serverproc import ROOT, eventually
 from upstreams import Fake, ForwardingServer
 
-from mcsdns.querylog import QueryLog, RateLimitedLog, format_line
-from mcsdns.transport import Listener
-from mcsdns.wire import parse_query
+from mcsdns.serve.querylog import QueryLog, RateLimitedLog, format_line
+from mcsdns.serve.transport import Listener
+from mcsdns.zone.wire import parse_query
 
 WEB = "web.demo.svc.clusterset.local."
 

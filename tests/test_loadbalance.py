@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from testsupport.cases import MAIN, Z
-from mcsdns.resolve import Resolver, RoundRobinResolver
+from mcsdns.serve.resolve import Resolver, RoundRobinResolver
 from testsupport.inprocess import build_table
 from testsupport.objects import headless_service
 from testsupport.serverproc import FIXTURES, ROOT, Server, ask, exchange, order

@@ -24,9 +24,9 @@ from upstreams import ForwardingServer, Knot
 
 from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SCRATCH, SIZE_BUCKETS, Metrics, Views
 from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
-from mcsdns.transport import Listener
-from mcsdns.wire import parse_query
+from mcsdns.zone.table import Table, TableConfig
+from mcsdns.serve.transport import Listener
+from mcsdns.zone.wire import parse_query
 
 Z = "clusterset.local."
 DURATION_LE = [0.00025 * 2**k for k in range(16)]
@@ -228,12 +228,12 @@ def test_a_broken_manifest_edit_lets_seconds_since_last_sync_grow(tmp_path):
 
 
 def test_every_exported_family_is_in_the_generated_reference(traffic):
-    """docs/metrics.md is generated from the declarations (python -m mcsdns.metrics_doc docs/metrics.md),
+    """docs/metrics.md is generated from the declarations (python -m mcsdns.admin.metrics_doc docs/metrics.md),
     and lists every family a running server exports: none can go undocumented."""
-    from mcsdns import metrics_doc
+    from mcsdns.admin import metrics_doc
 
     reference = (ROOT / "docs" / "metrics.md").read_text()
-    assert metrics_doc.table() in reference, "docs/metrics.md is stale: python -m mcsdns.metrics_doc docs/metrics.md"
+    assert metrics_doc.table() in reference, "docs/metrics.md is stale: python -m mcsdns.admin.metrics_doc docs/metrics.md"
     documented = {f.name: f for f in metrics_doc.declared()}
     for family in text_string_to_metric_families(traffic[0].http("/metrics")[1]):
         name = family.name + "_total" if family.type == "counter" else family.name

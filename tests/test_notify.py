@@ -1,4 +1,4 @@
-"""NOTIFY (--notify, mcsdns/notify.py) as a secondary sees it, on a loopback UDP socket of the test.
+"""NOTIFY (--notify, mcsdns/xfr/notify.py) as a secondary sees it, on a loopback UDP socket of the test.
 
 The secondary here is a socket that reads what arrives: each NOTIFY must be a signed
 opcode-NOTIFY query for the zone with the new SOA in the answer; unanswered, it comes again

@@ -1,4 +1,4 @@
-"""mcsdns/orphans.py on a real Store: one log line per orphan service, after two sweeps, bounded.
+"""mcsdns/admin/orphans.py on a real Store: one log line per orphan service, after two sweeps, bounded.
 
 tests/compat/test_implementations.py checks the same line against a real kube-apiserver (the
 Lighthouse fixture's orphan slice), and that it matches what /explain says.
@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from mcsdns.objects import to_endpoint_slice, to_namespace, to_service_import
-from mcsdns.orphans import MAX_LINES, Orphans
+from mcsdns.admin.orphans import MAX_LINES, Orphans
 from mcsdns.store import KINDS, Store
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 
@@ -30,11 +30,11 @@ def add_slice(store: Store, service: str, name: str | None = None) -> None:
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "mcsdns.orphans"]
+    return [r.getMessage() for r in caplog.records if r.name == "mcsdns.admin.orphans"]
 
 
 def test_an_orphan_is_logged_once_after_two_sweeps_and_its_end_once(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="mcsdns.orphans")
+    caplog.set_level(logging.INFO, logger="mcsdns.admin.orphans")
     store = synced_store()
     orphans = Orphans(store)
     add_slice(store, "web")
@@ -61,7 +61,7 @@ def test_an_orphan_is_logged_once_after_two_sweeps_and_its_end_once(caplog: pyte
 
 
 def test_a_transient_orphan_is_never_logged(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="mcsdns.orphans")
+    caplog.set_level(logging.INFO, logger="mcsdns.admin.orphans")
     store = synced_store()
     orphans = Orphans(store)
     add_slice(store, "web")
@@ -73,7 +73,7 @@ def test_a_transient_orphan_is_never_logged(caplog: pytest.LogCaptureFixture) ->
 
 
 def test_nothing_is_logged_before_sync(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="mcsdns.orphans")
+    caplog.set_level(logging.INFO, logger="mcsdns.admin.orphans")
     store = Store()  # the imports may simply not be listed yet
     add_slice(store, "web")
     orphans = Orphans(store)
@@ -83,7 +83,7 @@ def test_nothing_is_logged_before_sync(caplog: pytest.LogCaptureFixture) -> None
 
 
 def test_many_orphans_make_a_bounded_number_of_lines(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="mcsdns.orphans")
+    caplog.set_level(logging.INFO, logger="mcsdns.admin.orphans")
     store = synced_store()
     orphans = Orphans(store)
     for i in range(MAX_LINES + 15):

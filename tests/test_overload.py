@@ -187,7 +187,7 @@ def test_first_query_deadline_is_separate_from_the_idle_timeout(manifests):
     ((), 2000, 1, "hold"),  # the defaults: under the cap, the holder's connections meet the first-query deadline
     ((), 2000, 500, "hold"),  # the same from 500 addresses
     # Over the cap: every connection accepted evicts the idlest, and the holder reopens it at once, so new
-    # connections queue behind the holder's surplus (here 100; docs/reliability.md has it at 10,000).
+    # connections queue behind the holder's surplus (here 100; benchmarks/results/HISTORY.md has it at 10,000).
     (("--max-tcp-connections", "500"), 600, 1, "hold"),
     # 2,000 connections each pipelining 100 queries and reading none: 200,000 queries to answer, in turns.
     ((), 2000, 1, "pipeline"),
@@ -229,14 +229,15 @@ def test_one_client_holding_thousands_of_connections_locks_nobody_out(manifests,
             assert closed["evicted" if flags else "first_query_timeout"] > 0
 
 
-def test_reliability_quotes_the_stored_tcp_hold_run():
-    """docs/reliability.md's table of the connection-holding attack is the stored run's, as rendered."""
+def test_history_quotes_the_stored_tcp_hold_run():
+    """The table of the connection-holding attack (benchmarks/results/HISTORY.md, linked from docs/reliability.md)
+    is the stored run's, as rendered."""
     from benchmarks.tcp_hold import markdown
 
     stored = json.loads((ROOT / "benchmarks" / "results" / "tcp_hold.json").read_text())
     assert {r["server"] for r in stored["rows"]} == {"mcsdns", "coredns"}
     assert {r["mode"] for r in stored["rows"]} == {"hold", "pipeline"}
-    assert markdown(stored) in (ROOT / "docs" / "reliability.md").read_text()
+    assert markdown(stored) in (ROOT / "benchmarks" / "results" / "HISTORY.md").read_text()
 
 
 def test_idle_stalled_and_trickling_connections_are_closed(manifests):
@@ -399,7 +400,7 @@ def test_pipelined_queries_answered_in_any_order_with_their_ids(manifests, tmp_p
 # (benchmarks/soak.py flood): ~5x the batched server's maximum at first, ~4x once it served several
 # full batches per wakeup (a maximum near 300 k qps), where a flood asked at 4x fell short in some runs;
 # 3.5x on that machine. On a 2-core AMD EPYC one flooder core sends only ~300 k packets/s against a
-# maximum of 126-151 k qps (2x reached only 1.97x in one run of three; docs/reliability.md has the runs):
+# maximum of 126-151 k qps (2x reached only 1.97x in one run of three; benchmarks/results/HISTORY.md has the runs):
 # 1.75x leaves the flooder a margin on both machines, and the server still cannot answer 43% of it.
 FLOOD_FACTOR = 1.75
 FLOOD_SHARE = 0.10  # at least this share of a steady stream of valid queries is answered during the flood

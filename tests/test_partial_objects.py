@@ -20,7 +20,7 @@ import yaml
 
 from testsupport.cases import section_lines
 from mcsdns.objects import InvalidObject, Port, convert
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.manifests import ManifestSource
 from mcsdns.store import Store
 from testsupport.inprocess import build_resolver

@@ -1,11 +1,11 @@
-"""plain.py writes a ClusterSetIP service's answers in one pass: byte for byte what the general compile writes.
+"""fastpath.py writes a ClusterSetIP service's answers in one pass: byte for byte what the general compile writes.
 
-The general path (compile.compile_service -> wire.Renderer) decides and lays out every answer; the
+The general path (compiler.compile_service -> wire.Renderer) decides and lays out every answer; the
 one-pass writer only repeats it for the common shape. These tests compile the same generated
-services both ways (`Table.plain` on and off) and compare every compiled key and body, the owned
+services both ways (`Table.use_fastpath` on and off) and compare every compiled key and body, the owned
 keys and the `children` index, over IPv4, IPv6 and IPv4-mapped IPs with
 duplicates, named, unnamed and sentinel ports, port names and protocols in any case, one zone or two, and sizes on
-both sides of plain.py's limits. They also check the one pass is what compiled most of them, so the
+both sides of fastpath.py's limits. They also check the one pass is what compiled most of them, so the
 comparison cannot pass by both sides taking the general path.
 """
 
@@ -16,9 +16,9 @@ import string
 
 import pytest
 
-from mcsdns import plain
+from mcsdns.zone import fastpath
 from mcsdns.objects import Address, EndpointSlice, Namespace, Port, ServiceImport
-from mcsdns.table import Table
+from mcsdns.zone.table import Table
 from testsupport.inprocess import build_table
 
 IPS = ["10.0.0.1", "10.0.0.2", "10.0.0.1", "192.168.255.254", "0.0.0.0", "fd00::1", "FD00::2", "2001:db8::",
@@ -35,9 +35,9 @@ def _label(rng: random.Random) -> str:
 
 
 def _service(rng: random.Random, i: int, namespace: str) -> ServiceImport:
-    ips = tuple(rng.choice(IPS) for _ in range(rng.choice([0, 1, 1, 1, 2, 3, 4, plain.MAX_IPS + 1])))
+    ips = tuple(rng.choice(IPS) for _ in range(rng.choice([0, 1, 1, 1, 2, 3, 4, fastpath.MAX_IPS + 1])))
     ports = []
-    for _ in range(rng.choice([0, 1, 1, 2, 3, 5, plain.MAX_PORTS + 1])):
+    for _ in range(rng.choice([0, 1, 1, 2, 3, 5, fastpath.MAX_PORTS + 1])):
         if rng.random() < 0.05:
             ports.append(Port(-1))  # what a port with an unknown protocol becomes (objects._port)
         else:
@@ -67,11 +67,11 @@ def _both(objs: list, zones: tuple[str, ...], ttl: int, local: str | None = None
     """The tables compiled with the one pass and without it, and how many services took the one pass."""
     fast = build_table(objects=objs, zones=zones, ttl=ttl, synced=True, local_cluster=local)
     general = build_table(objects=objs, zones=zones, ttl=ttl, synced=True, compile_changes=False, local_cluster=local)
-    general.plain = False
+    general.use_fastpath = False
     for key in general.store.imports:
         general.compile(key)
     general.set_serial(fast.serial)  # the apex SOA carries the serial: the same in both
-    taken = sum(plain.answers(imp, fast.zones, fast.ttl, fast.negative) is not None for imp in fast.store.imports.values())
+    taken = sum(fastpath.answers(imp, fast.zones, fast.ttl, fast.negative) is not None for imp in fast.store.imports.values())
     return fast, general, taken
 
 
@@ -101,7 +101,7 @@ def test_a_recompiled_service_is_replaced_whole() -> None:
     ]
     fast = build_table(objects=[ns], synced=True)
     general = build_table(objects=[ns], synced=True)
-    general.plain = False
+    general.use_fastpath = False
     for imp in shapes:
         fast.store.apply(imp)
         general.store.apply(imp)
@@ -115,7 +115,7 @@ def test_a_recompiled_service_is_replaced_whole() -> None:
     ServiceImport("ns", "c", False, ("10.0.0.1",), ()),
     ServiceImport("ns", "c", False, ("10.0.0.1",), (Port(-1),)),
     ServiceImport("ns", "c", False, ("10.0.0.1",), (Port(80, "a.b", "TCP"),)),
-    ServiceImport("ns", "c", False, ("10.0.0.1",) * (plain.MAX_IPS + 1), (Port(80),)),
+    ServiceImport("ns", "c", False, ("10.0.0.1",) * (fastpath.MAX_IPS + 1), (Port(80),)),
 ], ids=["headless", "no-ips", "no-ports", "sentinel-port", "dotted-port-name", "many-ips"])
 def test_what_the_one_pass_leaves_to_the_general_compile(imp: ServiceImport) -> None:
-    assert plain.answers(imp, (b"\x0aclusterset\x05local\x00",), 5, lambda rcode, at: None) is None
+    assert fastpath.answers(imp, (b"\x0aclusterset\x05local\x00",), 5, lambda rcode, at: None) is None

@@ -15,7 +15,7 @@ from typing import Callable
 
 from mcsdns.config import Config, kube_settings
 from mcsdns.objects import Address, EndpointSlice, Namespace, Port, ServiceImport
-from mcsdns.relist import DeleteGrace, Relist
+from mcsdns.sources.relist import DeleteGrace, Relist
 from mcsdns.sources.kube import KubeSettings
 from mcsdns.store import Changes, Store
 

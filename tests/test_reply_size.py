@@ -2,7 +2,7 @@
 
 A headless service of 1000 endpoints x 100 named ports has 100,000 SRV records for its name and
 2000 records (84 KB) for each `_name._proto` name, more than a DNS message (65535 bytes) holds.
-The table compiles only what a reply can carry plus one record (compile.REPLY_RECORDS_MAX,
+The table compiles only what a reply can carry plus one record (compiler.REPLY_RECORDS_MAX,
 wire.Renderer.render); these tests hold the replies to what they were with everything compiled:
 the records in order up to the last that fits, TC set, over real sockets. And every compiled
 body, shared or cut or not, is the one a fresh rendering of `answer()` gives for its name.
@@ -16,8 +16,8 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from mcsdns import compile as zone
-from mcsdns.wire import MAX_TCP, Renderer
+from mcsdns.zone import compiler
+from mcsdns.zone.wire import MAX_TCP, Renderer
 from testsupport.serverproc import Server, exchange
 from test_compile_cost import NS_ADDRESSES, make_table, varied_services
 
@@ -133,7 +133,7 @@ def test_compiled_bodies_are_fresh_renderings_of_answer():
             lname, qtype = k[:-4], int.from_bytes(k[-4:-2], "big")
             zwire = table.zone_of(lname)
             labels = tuple(label.decode() for label in _labels(lname[: len(lname) - len(zwire)]))
-            ans = zone.answer(labels, qtype, table, table.ttl, NS_ADDRESSES)
+            ans = compiler.answer(labels, qtype, table, table.ttl, NS_ADDRESSES)
             fresh = Renderer(lname, len(zwire)).render(ans, min(table.ttl, 300), table.ttl, table.serial & 0xFFFFFFFF)
             assert table.answers[k] == fresh, (key, k)
             compared += 1

@@ -10,7 +10,7 @@ import dns.message
 import dns.rrset
 import pytest
 
-from mcsdns.replycheck import REASONS, check_reply, mix_case
+from mcsdns.forward.replycheck import REASONS, check_reply, mix_case
 
 QID = 0x1234
 

@@ -17,10 +17,10 @@ import dns.rcode
 import pytest
 
 from testsupport.cases import MAIN
-from mcsdns import compile as zone
+from mcsdns.zone import compiler
 from mcsdns.objects import InvalidObject, convert
-from mcsdns.resolve import Forward, Resolver
-from mcsdns.wire import split_labels
+from mcsdns.serve.resolve import Forward, Resolver
+from mcsdns.zone.wire import split_labels
 from testsupport.inprocess import build_resolver
 from test_zone import FIXTURES, build
 
@@ -127,7 +127,7 @@ def test_every_lane_returns_the_query_it_answered_and_keeps_none(resolver):
 
 
 def test_absent_names_get_what_the_zone_logic_says(resolver):
-    """`Table.absent` says yes only where `zone.answer` gives NXDOMAIN for every type but SOA,
+    """`Table.absent` says yes only where `compiler.answer` gives NXDOMAIN for every type but SOA,
     and says yes for the shapes a random-subdomain flood uses."""
     table = resolver.table
     zwire = table.zones[0]
@@ -153,10 +153,10 @@ def test_absent_names_get_what_the_zone_logic_says(resolver):
             continue
         decided += 1
         for qtype in QTYPES:
-            if qtype == zone.SOA:
+            if qtype == compiler.SOA:
                 continue
-            ans = zone.answer(labels, qtype, table, table.ttl, table.config.ns_addresses)
-            assert ans == zone.NAME_ERROR, (name, qtype, ans)
+            ans = compiler.answer(labels, qtype, table, table.ttl, table.config.ns_addresses)
+            assert ans == compiler.NAME_ERROR, (name, qtype, ans)
     assert decided >= len(services) * 3  # random hosts, bad ports' shapes and deep names, at least
     # And over real packets: the same replies as the full path, SOA (NODATA) included.
     assert_plain_queries_as_full_path(Resolver(table), resolver, names, QTYPES)
@@ -302,7 +302,7 @@ def test_absent_child_lane_skips_the_parse(resolver, monkeypatch):
     """The lane is really taken: child names of compiled services and names of services not
     compiled, plain or with EDNS, are answered without `parse_query` (which the full path runs for
     every packet)."""
-    import mcsdns.resolve as resolve_module
+    import mcsdns.serve.resolve as resolve_module
 
     calls = []
     real = resolve_module.parse_query
@@ -344,7 +344,7 @@ def test_absent_child_lane_with_other_zones(zones, reverse):
 
 def test_absent_child_lane_under_dns_sd():
     """--dns-sd: names below a service that DNS-SD browsing answers get the zone logic's reply."""
-    from mcsdns.dnssd import DnsSd
+    from mcsdns.zone.dnssd import DnsSd
 
     resolver = build()
     table = resolver.table
@@ -413,7 +413,7 @@ def test_a_flood_of_unique_missing_names_caches_nothing_and_its_sightings_stay_b
     """More unique missing names than the sightings table has slots: none enters a cache and the
     table keeps its size; a name asked twice in a row is cached at its second sight all the same, a
     table change forgets the sightings, and every reply is the full path's."""
-    import mcsdns.resolve as resolve_module
+    import mcsdns.serve.resolve as resolve_module
 
     monkeypatch.setattr(resolve_module, "SIGHTED_SLOTS", 64)
     table = resolver.table
@@ -442,7 +442,7 @@ def test_missing_names_that_share_sightings_slots_asked_in_turn_are_all_cached(r
     file played in a loop): each reaches its second sight and is cached, and every reply is the full
     path's. When a note always replaced the last in one slot, names on that slot wiped each other's
     notes for good and were never cached (16% of the benchmark's nxdomain mix)."""
-    import mcsdns.resolve as resolve_module
+    import mcsdns.serve.resolve as resolve_module
 
     monkeypatch.setattr(resolve_module, "SIGHTED_SLOTS", 64)
     table = resolver.table
@@ -468,7 +468,7 @@ def test_missing_names_of_one_shape_share_one_prebuilt_reply(resolver, monkeypat
     case, with one label length, the same flags and OPT record, make one `_absent` entry and share
     one query object, and every reply is still the full path's, byte for byte (its own ID and
     question). A new OPT size per packet (a new shape each) keeps the entries bounded."""
-    import mcsdns.resolve as resolve_module
+    import mcsdns.serve.resolve as resolve_module
 
     monkeypatch.setattr(resolve_module, "ABSENT_SHAPES", 16)
     table = resolver.table
@@ -499,7 +499,7 @@ def test_mutated_packets_get_the_replies_of_the_path_without_lanes(resolver, mon
     names: each reply (and a repeat, and the packet in another letter case) is the one the resolver
     gives with its raw-question lanes and case-folded cache switched off (no packet shape matches
     `_PLAIN` or `_ONE_OPT` there): the parse decides, as before any lane existed."""
-    import mcsdns.resolve as resolve_module
+    import mcsdns.serve.resolve as resolve_module
 
     table = resolver.table
     rng = random.Random(13)

@@ -1,6 +1,6 @@
 """`--reverse-cidr` (issue 15): PTR records for ClusterSetIPs and ready headless endpoints.
 
-The zone arithmetic in-process (mcsdns.reverse is pure), then a real `mcsdns serve` on manifests
+The zone arithmetic in-process (mcsdns.zone.reverse is pure), then a real `mcsdns serve` on manifests
 queried over UDP and TCP: PTR for IPv4 and IPv6 addresses, an address with two names, a not-ready
 endpoint, unknown addresses (NXDOMAIN with the reverse zone's SOA), the apex, and addresses
 outside the CIDRs, which still go to the upstream (a fake one that records what it receives).
@@ -22,7 +22,7 @@ import yaml
 
 from testsupport.cases import Z
 from testsupport.objects import endpoint_slice, namespace, service_import
-from mcsdns import reverse
+from mcsdns.zone import reverse
 from testsupport.serverproc import FIXTURES, ROOT, eventually
 from upstreams import Fake, ForwardingServer
 
@@ -224,7 +224,7 @@ def test_mutated_packets_with_both_flags_on(tmp_path):
     from prometheus_client import CollectorRegistry
 
     from mcsdns.metrics import Metrics
-    from mcsdns.resolve import Resolver, RoundRobinResolver
+    from mcsdns.serve.resolve import Resolver, RoundRobinResolver
     from testsupport.inprocess import build_table
     from testsupport.fuzz import mutate, run_one, seed_queries
     from test_locality import documents as locality_documents

@@ -11,8 +11,8 @@ import dns.message
 import dns.rcode
 
 from mcsdns.objects import convert
-from mcsdns.resolve import Resolver
-from mcsdns.sharing import compact
+from mcsdns.serve.resolve import Resolver
+from mcsdns.workers.sharing import compact
 from testsupport.inprocess import build_table
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 from testsupport.serverproc import FIXTURES

@@ -1,4 +1,4 @@
-"""Zone transfers (decision 8, mcsdns/transfer.py) over real sockets, read by dnspython, dig and kdig.
+"""Zone transfers (decision 8, mcsdns/xfr/transfer.py) over real sockets, read by dnspython, dig and kdig.
 
 AXFR holds exactly the records `mcsdns zone` prints for the same objects (what the query path
 answers); a zone of 1,500 services spans several messages, each at most 64 KiB, the question

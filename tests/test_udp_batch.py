@@ -1,4 +1,4 @@
-"""The UDP listener's batched path (recvmmsg/sendmmsg, mcsdns/mmsg.py) against its plain one.
+"""The UDP listener's batched path (recvmmsg/sendmmsg, mcsdns/serve/mmsg.py) against its plain one.
 
 Each test runs a real server twice where it matters: batched (the default on Linux) and with
 MCSDNS_UDP=plain (one recvfrom/sendto per datagram). To put many datagrams in one batch for
@@ -24,9 +24,9 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from mcsdns import mmsg
-from mcsdns.resolve import Resolver
-from mcsdns.transport import DnsServer
+from mcsdns.serve import mmsg
+from mcsdns.serve.resolve import Resolver
+from mcsdns.serve.transport import DnsServer
 from testsupport.inprocess import build_table
 from testsupport.serverproc import ROOT, Server, free_port, mcsdns_command
 from upstreams import Fake, ForwardingServer

@@ -14,12 +14,12 @@ import pickle
 
 import pytest
 
-from mcsdns.dnssd import DnsSd
+from mcsdns.zone.dnssd import DnsSd
 from mcsdns.objects import convert
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from mcsdns.store import Changes, Store
-from mcsdns.table import Table, TableConfig
-from mcsdns.updates import apply_update, update_of
+from mcsdns.zone.table import Table, TableConfig
+from mcsdns.workers.updates import apply_update, update_of
 from testsupport.inprocess import KINDS, NS_ADDRESSES, ZONES
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 

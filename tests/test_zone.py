@@ -1,5 +1,5 @@
 """The zone logic without sockets: the contract's tables through Resolver.handle,
-and the entries model (weights, de-duplication, readiness) through compile.answer.
+and the entries model (weights, de-duplication, readiness) through compiler.answer.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import dns.rcode
 import pytest
 
 from testsupport.cases import MAIN, Z, check, make_query
-from mcsdns import compile as zone
+from mcsdns.zone import compiler
 from mcsdns.objects import convert
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from mcsdns.store import Changes, Store
 from testsupport.inprocess import build_resolver, build_table
 from testsupport.objects import MCS, endpoint_slice, namespace, service_import
@@ -195,7 +195,7 @@ class View:
 
     def service(self, namespace: str, name: str):
         imp = self.store.imports.get((namespace, name))
-        return imp and zone.Service(imp, self.store.service_slices((namespace, name)))
+        return imp and compiler.Service(imp, self.store.service_slices((namespace, name)))
 
 
 def si(name, type_="ClusterSetIP", ips=(), ports=({"name": "http", "protocol": "TCP", "port": 80},)):
@@ -206,26 +206,26 @@ def eps(name, svc, cluster, endpoints, ports=({"name": "http", "protocol": "TCP"
     return endpoint_slice("ns", name, svc, cluster or None, endpoints, ports=list(ports))
 
 
-def answer(view, name: str, qtype: int) -> zone.Answer:
-    return zone.answer(tuple(name.split(".")), qtype, view, 5, ("127.0.0.1",))
+def answer(view, name: str, qtype: int) -> compiler.Answer:
+    return compiler.answer(tuple(name.split(".")), qtype, view, 5, ("127.0.0.1",))
 
 
 def test_d11_clustersetip_without_ips_is_nodata_but_txt_nxdomain():
     v = View(si("s"))
-    for t in (zone.A, zone.AAAA, zone.SRV):
-        assert answer(v, "s.ns.svc", t) == zone.NODATA
-    assert answer(v, "s.ns.svc", zone.TXT).nxdomain
+    for t in (compiler.A, compiler.AAAA, compiler.SRV):
+        assert answer(v, "s.ns.svc", t) == compiler.NODATA
+    assert answer(v, "s.ns.svc", compiler.TXT).nxdomain
 
 
 def test_d12_clustersetip_with_empty_ports_is_nxdomain():
     v = View(si("s", ips=["10.0.0.1"], ports=[]))
-    assert answer(v, "s.ns.svc", zone.A).nxdomain
+    assert answer(v, "s.ns.svc", compiler.A).nxdomain
 
 
 def test_d13_headless_without_ready_endpoints_is_nxdomain():
     v = View(si("h", "Headless"), eps("h-1", "h", "c1", [{"addresses": ["10.1.0.1"], "conditions": {"ready": False}}]))
-    assert answer(v, "h.ns.svc", zone.A).nxdomain
-    assert View(si("h", "Headless")) and answer(View(si("h", "Headless")), "h.ns.svc", zone.A).nxdomain
+    assert answer(v, "h.ns.svc", compiler.A).nxdomain
+    assert View(si("h", "Headless")) and answer(View(si("h", "Headless")), "h.ns.svc", compiler.A).nxdomain
 
 
 def test_d14_ready_unset_counts_terminating_unready_does_not():
@@ -237,7 +237,7 @@ def test_d14_ready_unset_counts_terminating_unready_does_not():
             {"addresses": ["10.1.0.3"], "conditions": {"ready": True, "terminating": True}},
         ]),
     )  # fmt: skip
-    assert {r.data for r in answer(v, "h.ns.svc", zone.A).answer} == {"10.1.0.1", "10.1.0.3"}
+    assert {r.data for r in answer(v, "h.ns.svc", compiler.A).answer} == {"10.1.0.1", "10.1.0.3"}
 
 
 def test_d15_two_clusters_union_and_weights():
@@ -246,51 +246,51 @@ def test_d15_two_clusters_union_and_weights():
         eps("h-a", "h", "a", [{"addresses": ["10.1.0.1"], "hostname": "h0"}]),
         eps("h-b", "h", "b", [{"addresses": ["10.2.0.1"], "hostname": "h0"}]),
     )
-    assert {r.data for r in answer(v, "h.ns.svc", zone.A).answer} == {"10.1.0.1", "10.2.0.1"}
-    srv = answer(v, "h.ns.svc", zone.SRV)
+    assert {r.data for r in answer(v, "h.ns.svc", compiler.A).answer} == {"10.1.0.1", "10.2.0.1"}
+    srv = answer(v, "h.ns.svc", compiler.SRV)
     assert {r.data for r in srv.answer} == {(0, 50, 80, ("h0", "a", "h", "ns", "svc")), (0, 50, 80, ("h0", "b", "h", "ns", "svc"))}
-    assert answer(v, "h0.b.h.ns.svc", zone.A).answer[0].data == "10.2.0.1"
+    assert answer(v, "h0.b.h.ns.svc", compiler.A).answer[0].data == "10.2.0.1"
 
 
 def test_d16_tcp_and_udp_on_one_port_make_one_srv():
     ports = [{"name": "tcp", "protocol": "TCP", "port": 42}, {"name": "udp", "protocol": "UDP", "port": 42}]
-    v4 = answer(View(si("hello", ips=["10.0.0.1"], ports=ports)), "hello.ns.svc", zone.SRV)
+    v4 = answer(View(si("hello", ips=["10.0.0.1"], ports=ports)), "hello.ns.svc", compiler.SRV)
     assert [r.data for r in v4.answer] == [(0, 50, 42, ("hello", "ns", "svc"))]
-    dual = answer(View(si("hello", ips=["10.0.0.1", "fd00::1"], ports=ports)), "hello.ns.svc", zone.SRV)
+    dual = answer(View(si("hello", ips=["10.0.0.1", "fd00::1"], ports=ports)), "hello.ns.svc", compiler.SRV)
     assert [r.data for r in dual.answer] == [(0, 25, 42, ("hello", "ns", "svc"))]
-    assert {r.rtype for r in dual.additional} == {zone.A, zone.AAAA}
+    assert {r.rtype for r in dual.additional} == {compiler.A, compiler.AAAA}
 
 
 def test_srv_weights_follow_entry_count():
     for n, w in ((1, 100), (2, 50), (3, 33), (6, 16), (101, 1), (150, 1)):
         v = View(si("h", "Headless"), eps("h-1", "h", "c", [{"addresses": [f"10.0.{i // 250}.{i % 250 + 1}"]} for i in range(n)]))
-        weights = {r.data[1] for r in answer(v, "h.ns.svc", zone.SRV).answer}
+        weights = {r.data[1] for r in answer(v, "h.ns.svc", compiler.SRV).answer}
         assert weights == {w}
 
 
 def test_decision4_slice_without_cluster_label():
     """Addresses count for the service name; no per-endpoint names and no SRV from them."""
     v = View(si("h", "Headless"), eps("h-x", "h", None, [{"addresses": ["10.9.0.1"], "hostname": "x"}]))
-    assert answer(v, "h.ns.svc", zone.A).answer[0].data == "10.9.0.1"
-    assert answer(v, "h.ns.svc", zone.SRV) == zone.NODATA
-    assert answer(v, "x.h.ns.svc", zone.A).nxdomain
+    assert answer(v, "h.ns.svc", compiler.A).answer[0].data == "10.9.0.1"
+    assert answer(v, "h.ns.svc", compiler.SRV) == compiler.NODATA
+    assert answer(v, "x.h.ns.svc", compiler.A).nxdomain
 
 
 def test_ipv6_hostname_gets_zero_suffix():
     v = View(si("h", "Headless"), eps("h-6", "h", "c", [{"addresses": ["2001:db8::"]}]))
     v.store.apply(convert(eps("h-6", "h", "c", [{"addresses": ["2001:db8::"]}])))
-    srv = answer(v, "h.ns.svc", zone.SRV)
+    srv = answer(v, "h.ns.svc", compiler.SRV)
     assert srv.answer[0].data[3][0] == "2001-db8--0"
-    assert answer(v, "2001-db8--0.c.h.ns.svc", zone.AAAA).answer[0].data == "2001:db8::"
+    assert answer(v, "2001-db8--0.c.h.ns.svc", compiler.AAAA).answer[0].data == "2001:db8::"
 
 
 def test_port_filter_is_case_insensitive_and_protocol_must_match():
     v = View(si("s", ips=["10.0.0.1"], ports=[{"name": "http", "protocol": "TCP", "port": 80}, {"name": "dns", "port": 53}]))
-    assert answer(v, "_HTTP._TCP.s.ns.svc".lower(), zone.SRV).answer
-    assert answer(v, "_dns._tcp.s.ns.svc", zone.SRV).nxdomain  # empty protocol never matches _tcp
-    assert [r.data[2] for r in answer(v, "s.ns.svc", zone.SRV).answer] == [80, 53]  # bare SRV: unnamed/any protocol too
+    assert answer(v, "_HTTP._TCP.s.ns.svc".lower(), compiler.SRV).answer
+    assert answer(v, "_dns._tcp.s.ns.svc", compiler.SRV).nxdomain  # empty protocol never matches _tcp
+    assert [r.data[2] for r in answer(v, "s.ns.svc", compiler.SRV).answer] == [80, 53]  # bare SRV: unnamed/any protocol too
 
 
 def test_non_ip_addresses_are_ignored():
     v = View(si("h", "Headless"), eps("h-1", "h", "c", [{"addresses": ["db.example.com"]}, {"addresses": ["10.0.0.7"]}]))
-    assert [r.data for r in answer(v, "h.ns.svc", zone.A).answer] == ["10.0.0.7"]
+    assert [r.data for r in answer(v, "h.ns.svc", compiler.A).answer] == ["10.0.0.7"]

@@ -47,12 +47,12 @@ from prometheus_client import CollectorRegistry
 
 from mcsdns.metrics import Metrics
 from mcsdns.objects import InvalidObject, convert
-from mcsdns.querylog import format_line
-from mcsdns.resolve import Forward, Resolver
+from mcsdns.serve.querylog import format_line
+from mcsdns.serve.resolve import Forward, Resolver
 from mcsdns.store import Store
-from mcsdns.table import Table
-from mcsdns.transport import Listener
-from mcsdns.wire import error_reply
+from mcsdns.zone.table import Table
+from mcsdns.serve.transport import Listener
+from mcsdns.zone.wire import error_reply
 
 from .cases import MAIN, Z, make_query
 from .inprocess import build_resolver

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from mcsdns.objects import convert
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.manifests import ManifestSource
 from mcsdns.store import Store
-from mcsdns.table import Table, TableConfig
+from mcsdns.zone.table import Table, TableConfig
 
 ZONES = ("clusterset.local",)
 NS_ADDRESSES = ("127.0.0.1",)

@@ -67,7 +67,7 @@ def questions(zone_text: str, qtypes: tuple[str, ...] = QTYPES) -> tuple[list[tu
 
 
 def dns_sd_instance(name: str) -> bool:
-    """`<svc>._<port>._<proto>.<ns>.svc.Z`: a DNS-SD instance name (--dns-sd, mcsdns/dnssd.py)."""
+    """`<svc>._<port>._<proto>.<ns>.svc.Z`: a DNS-SD instance name (--dns-sd, mcsdns/zone/dnssd.py)."""
     rel = name[: -len(ZONE)].rstrip(".").split(".")
     return len(rel) == 5 and rel[1].startswith("_") and rel[2].startswith("_") and rel[4] == "svc"
 

@@ -1,18 +1,18 @@
 """JSON documents from the API server (list pages, watch events) -> the dicts `objects.convert` reads.
 
-A list page of 500 objects is mostly what DNS never reads: managedFields, uids, timestamps. `page()` and `event()` decode with msgspec into structs that name only the fields
-the converters and the watch read, so the rest is skipped by the decoder without being
-built as Python objects, and rebuild each object as a small dict of those fields. Every
-field is typed `Any`, so msgspec checks no types: `objects.convert` still sees every value
-as the API served it and validates, omits and rejects exactly as before (decision 12).
-Where the page's shape itself is unusual (an item or a metadata that is not an object, a
-managedFields entry that is not one), the typed decode fails and the document is decoded
-whole by `loads`, which gives what `json.loads` gives.
+A list page of 500 objects is mostly what DNS never reads: managedFields, uids, timestamps.
+`page()` and `event()` decode with msgspec into structs that name only the fields the converters
+and the watch read, so the rest is skipped by the decoder without being built as Python objects,
+and rebuild each object as a small dict of those fields. Every field is typed `Any`, so msgspec
+checks no types: `objects.convert` still sees every value as the API served it and validates,
+omits and rejects it exactly as a `json.loads` document (decision 12). Where the page's
+shape itself is unusual (an item or a metadata that is not an object, a managedFields entry that
+is not one), the typed decode fails and the document is decoded whole by `loads`, which gives what
+`json.loads` gives.
 
 `loads()` is the untyped decoder: msgspec for what it reads, `json.loads` for what only
 the standard library accepts (NaN, lone surrogates, floats beyond range), so a document
 decodes to the same values either way and only what neither reads raises ValueError.
-benchmarks/decode_cost.py measures the three against the standard library.
 """
 
 from __future__ import annotations
@@ -163,5 +163,5 @@ def event(raw: bytes) -> Any:
     except msgspec.DecodeError:
         return loads(raw)
     if e.type == "ERROR" or e.type is UNSET or e.object is UNSET:
-        return loads(raw)  # a Status (code, reason, message) or an odd event: everything, as before
+        return loads(raw)  # a Status (code, reason, message) or an odd event: decoded whole
     return {"type": e.type, "object": _item(e.object)}

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..objects import ClusterProperty, EndpointSlice, Namespace, Object, ServiceImport, report_omitted, report_status_notes
-from ..relist import DeleteGrace, Relist
 from ..store import Store
 from .kubeapi import ApiConnection, load_configuration
+from .relist import DeleteGrace, Relist
 from .watching import (
     Bookmark,
     Deleted,
@@ -149,9 +149,8 @@ class KubeSource:
         """Connect and start the watch threads now, before `run` (which does it if not done).
 
         `cli._begin_source` calls this before the rest of the server is imported and built: an API
-        server that answers lists whole encodes a large one before its first byte (the notes in
-        benchmarks/results/versions.txt time it), and that wait then overlaps the ~0.1 s of start-up
-        still to come instead of following it. The threads' events wait in `_early` until `run` has
+        server that answers lists whole encodes a large one before its first byte, and that wait then
+        overlaps the start-up still to come instead of following it. The threads' events wait in `_early` until `run` has
         the loop. A kubeconfig that cannot be loaded is raised by `run`, as when nothing began early.
         """
         if self._conn is not None or self._begin_error is not None:

@@ -215,8 +215,8 @@ class ApiConnection:
         auth: dict[str, str] = {}
         for key, value in self.settings.credentials().items():
             # A token file is sent as read ("bearer " + content): a trailing
-            # newline (a token written by hand or by `kubectl create token > token`) made urllib3
-            # raise ValueError with the token in its message, which crashed the watch and logged
+            # newline (a token written by hand or by `kubectl create token > token`) makes urllib3
+            # raise ValueError with the token in its message, which would stop the watch and log
             # the credential. Trim it, as client-go does; refuse what still cannot be a header.
             scheme, _, credentials = value.strip().partition(" ")
             value = f"{scheme} {credentials.strip()}" if credentials.strip() else scheme

@@ -3,14 +3,14 @@
 The common cases are read here directly: the service account of a pod, and a
 kubeconfig whose user has a token, a token file, a client certificate or a
 username and password. Importing the `kubernetes` package only to read them
-cost 0.1-0.3 s of CPU before the first request of every start (its kubeconfig
+would cost CPU before the first request of every start (its kubeconfig
 module alone pulls in oauthlib, pydantic and dateutil), a fixed cost of the
 initial sync that CoreDNS does not pay.
 
 Everything else -- a user with `exec` or `auth-provider`, a field not read
 here, a SOCKS proxy or one with NO_PROXY rules, a --kubeconfig path with a
 `:` (which the library splits into several files) -- is loaded by the
-library exactly as before, imported only then. Which way a configuration took is logged at DEBUG.
+library itself, imported only then. Which way a configuration took is logged at DEBUG.
 
 Both ways end in the same `ConnectionSettings`, which builds the urllib3
 pool (or asks the library's ApiClient for it) and produces the credentials
@@ -69,7 +69,7 @@ class ConnectionSettings:
     """The API server, TLS and proxy settings and the credentials of one loaded configuration.
 
     `library` holds the kubernetes.client.Configuration when the library loaded it: the pool is
-    then the library's own, built from it exactly as before.
+    then the library's own, built from it as the library builds it.
     """
 
     host: str
@@ -300,7 +300,7 @@ def _read_kubeconfig(path: Path, context_name: str | None) -> ConnectionSettings
     base = Path(os.path.abspath(path)).parent  # as kubectl: the file's directory, symlinks not followed
     settings = ConnectionSettings(host=server.strip().rstrip("/"))
     insecure = cluster.get("insecure-skip-tls-verify", False)
-    if not isinstance(insecure, bool):  # the library took any text ("false" too) as true
+    if not isinstance(insecure, bool):  # the library takes any text ("false" too) as true
         raise KubeConfigError(f"cluster {cluster_name!r} in {path}: insecure-skip-tls-verify must be true or false")
     settings.verify = not insecure
     settings.tls_server_name = cluster.get("tls-server-name") or None

@@ -25,9 +25,9 @@ import yaml
 
 from ..objects import (KINDS, InvalidObject, Namespace, Object, ServiceImport, convert, object_ref, reason_of, report_omitted,
                        report_status_notes)
-from ..relist import Relist
 from ..store import Store
 from . import decode
+from .relist import Relist
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def read_documents(path: Path) -> Iterator[tuple[str, Any]]:
                 yield f"document 1 item {j}", decode.loads(item)
             return
     docs: Iterable[Any] | None = None
-    if path.suffix == ".json":  # the json module reads JSON ~20x faster, in a fraction of the memory
+    if path.suffix == ".json":  # the json module reads JSON far faster than YAML, in a fraction of the memory
         try:
             docs = [json.loads(text)]
         except ValueError:
@@ -129,7 +129,7 @@ _JSON_LIST = msgspec.json.Decoder(_JsonList)
 
 
 def _json_list_items(data: str) -> list[msgspec.Raw] | None:
-    """The items of a JSON `kind: List` as undecoded pieces, or None for any other file (read as before)."""
+    """The items of a JSON `kind: List` as undecoded pieces, or None for any other file (the caller reads it whole)."""
     try:
         top = _JSON_LIST.decode(data)
     except msgspec.DecodeError:  # not an object, items not a list, or JSON only the json module reads (NaN)
@@ -200,7 +200,7 @@ class ManifestSource:
 
         What the objects have to report (skipped kinds, omissions, rejections) is held until the
         whole file has been read, so a file that turns out unreadable or invalid further on
-        reports only that, as when it was parsed whole before converting.
+        reports only that, as if it were parsed whole before converting.
         """
         objects: list[Object] = []
         invalid: set[tuple[str, str, str]] = set()

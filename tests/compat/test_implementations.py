@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from mcsdns.orphans import SWEEP_SECONDS
+from mcsdns.admin.orphans import SWEEP_SECONDS
 from testsupport.testbed import ApiError
 
 from . import compare
@@ -107,7 +107,7 @@ def test_explain_names_the_orphan_slice_and_the_import_status(loaded: tuple[Worl
         f"no ServiceImport orphan in namespace {lh} (1 EndpointSlice(s) are labelled "
         f"multicluster.kubernetes.io/service-name=orphan: {lh}/"), orphan
     assert orphan["reason"].endswith("; they answer nothing until the import exists)"), orphan
-    # The log says the same once, within two sweeps (mcsdns/orphans.py), and never again.
+    # The log says the same once, within two sweeps (mcsdns/admin/orphans.py), and never again.
     eventually(lambda: orphan["reason"] in world.mcsdns_all.log(), timeout=3 * SWEEP_SECONDS + 5,
                what=lambda: world.mcsdns_all.log()[-2000:])
     time.sleep(SWEEP_SECONDS + 1)

@@ -14,7 +14,7 @@ import dns.name
 import pytest
 import yaml
 
-from mcsdns.resolve import Resolver
+from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import build_resolver
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
 

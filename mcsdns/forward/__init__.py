@@ -1,0 +1,1 @@
+"""Names outside the zones, to upstreams: the forwarder and the checks of their replies."""

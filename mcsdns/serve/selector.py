@@ -1,0 +1,108 @@
+"""The event loop mcsdns runs on: asyncio's, with UDP readers called straight from the selector.
+
+At light load every datagram is its own wakeup, and asyncio's path from epoll to a reader (a
+selector key and event tuple, the loop's `_process_events`, a Handle queued on `_ready` and run
+through its context) costs about as much as a cached answer's own Python work. A `DispatchSelector` calls a reader registered
+with `add_reader` here from its `select()` as epoll reports the descriptor, and hands every
+other descriptor to the loop as the stock selector does. Still on the loop thread, inside the
+loop's own iteration: every socket write stays on the loop thread (the supervisor's forks rely
+on that), and callbacks and tasks a reader schedules run in the same iteration as with the stock selector.
+
+Only where the running loop is a `SelectorEventLoop` on a `DispatchSelector` (the loop `new_loop`
+makes, which the command line runs); on any other loop (uvloop, an embedding program's, the tests'
+`asyncio.run`) `add_reader` and `remove_reader` are the loop's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import select
+import selectors
+from typing import Any, Callable
+
+# Linux only (epoll); elsewhere `new_loop` is asyncio's default loop.
+_BASE: type[selectors.BaseSelector] = getattr(selectors, "EpollSelector", selectors.DefaultSelector)
+_EPOLLIN = getattr(select, "EPOLLIN", 0x001)
+_EPOLLOUT = getattr(select, "EPOLLOUT", 0x004)
+
+
+class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
+    """The epoll selector, plus readers it calls itself (`direct`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.direct: dict[int, tuple[asyncio.AbstractEventLoop, Callable[..., Any], tuple]] = {}
+
+    def select(self, timeout: float | None = None) -> list:
+        """epoll_wait, then each direct reader's callback for its descriptor; the other events, as the
+        stock EpollSelector.select returns them (same timeout rounding, same EINTR handling)."""
+        direct = self.direct
+        if not direct:
+            return super().select(timeout)
+        if timeout is None:
+            timeout = -1
+        elif timeout <= 0:
+            timeout = 0
+        else:
+            timeout = math.ceil(timeout * 1e3) * 1e-3  # epoll's millisecond resolution, rounded up
+        ready: list = []
+        try:
+            events = self._selector.poll(timeout, max(len(self._fd_to_key), 1))
+        except InterruptedError:
+            return ready
+        keys = self._fd_to_key
+        for fd, event in events:
+            entry = direct.get(fd)
+            if entry is not None:
+                _call(*entry)
+                continue
+            key = keys.get(fd)
+            if key:
+                mask = (selectors.EVENT_WRITE if event & ~_EPOLLIN else 0) | (selectors.EVENT_READ if event & ~_EPOLLOUT else 0)
+                ready.append((key, mask & key.events))
+        return ready
+
+
+def _call(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], args: tuple) -> None:
+    """One direct reader's wakeup; an exception goes to the loop's handler as a Handle's would."""
+    try:
+        callback(*args)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - as asyncio.Handle._run: reported, the loop goes on
+        loop.call_exception_handler({"message": f"Exception in UDP reader {callback!r}", "exception": exc})
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """A SelectorEventLoop on a DispatchSelector (where epoll exists), made this thread's event loop
+    (as asyncio.run's is)."""
+    loop = asyncio.SelectorEventLoop(DispatchSelector()) if hasattr(selectors, "EpollSelector") else asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    return loop
+
+
+def _selector(loop: asyncio.AbstractEventLoop) -> DispatchSelector | None:
+    selector = getattr(loop, "_selector", None)
+    return selector if isinstance(selector, DispatchSelector) else None
+
+
+def add_reader(loop: asyncio.AbstractEventLoop, fd: int, callback: Callable[..., Any], *args: Any) -> None:
+    """`loop.add_reader`, called from the selector where the loop has a DispatchSelector."""
+    selector = _selector(loop)
+    if selector is None:
+        loop.add_reader(fd, callback, *args)
+        return
+    remove_reader(loop, fd)
+    selector.register(fd, selectors.EVENT_READ, None)
+    selector.direct[fd] = (loop, callback, args)
+
+
+def remove_reader(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
+    """`loop.remove_reader` for a reader `add_reader` added: whether one was."""
+    selector = _selector(loop)
+    if selector is None or fd not in selector.direct:
+        return loop.remove_reader(fd)
+    del selector.direct[fd]
+    selector.unregister(fd)
+    return True
