@@ -57,7 +57,7 @@ ZONE = "clusterset.local"
 # The stub zone's cache (docs/install.md: `cache 5`) plus mcsdns's programming time (2 s).
 CHANGE_BUDGET = 5.0 + 2.0
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # a one-node cluster: tens of minutes
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -14,6 +14,7 @@ import random
 
 import dns.message
 import dns.rcode
+import pytest
 
 from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import build_resolver
@@ -143,6 +144,7 @@ def test_reverse_zones_compile_everything_at_the_sync():
     assert r.table.settled and r.table.owned
 
 
+@pytest.mark.slow
 def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
     """A real server from a manifests file of 50,000 imports: questions asked as soon as it answers, while
     most services are not compiled yet (its metrics say so), get exactly the bytes the same questions get

@@ -43,6 +43,8 @@ from testsupport.fuzz import (
     seed_queries,
 )
 
+pytestmark = pytest.mark.slow  # hundreds of thousands of fuzzed packets
+
 
 @pytest.fixture(scope="module")
 def resolvers(tmp_path_factory) -> tuple[Resolver, Resolver]:

@@ -32,6 +32,8 @@ from testsupport.objects import headless_service
 from testsupport.serverproc import FIXTURES, ROOT, Server
 from upstreams import Fake, ForwardingServer
 
+pytestmark = pytest.mark.slow  # floods and thousands of connections: minutes (the fast tier leaves it out)
+
 
 @pytest.fixture(scope="module")
 def manifests(tmp_path_factory) -> Path:

@@ -182,6 +182,7 @@ def test_axfr_is_what_the_query_path_answers(tmp_path: Path) -> None:
     assert first.question[0].name == dns.name.from_text(ZONE) and first.flags & dns.flags.AA
 
 
+@pytest.mark.slow
 def test_a_large_zone_spans_messages_of_at_most_64k_each_signed(tmp_path: Path) -> None:
     manifests = big_manifests(tmp_path)
     with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
@@ -414,6 +415,7 @@ def test_dig_and_kdig_read_a_signed_transfer(signed_server: Server) -> None:
         assert "NOERROR" in out.split("TSIG")[-1], out  # the TSIG record of the reply: no error
 
 
+@pytest.mark.slow
 def test_twenty_secondaries_at_once_and_queries_keep_being_answered(tmp_path: Path) -> None:
     """20 AXFR of a 200-service zone at once, and UDP queries all the while: every query answered,
     every transfer complete (or REFUSED for being over the cap, which a secondary retries)."""
@@ -458,6 +460,7 @@ def raw_transfer_size(port: int) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_a_secondary_that_never_reads_is_dropped_after_the_idle_timeout(tmp_path: Path) -> None:
     """It asks for the zone and reads nothing: once the buffers are full the server waits
     --tcp-idle-timeout (1 s here) for it, then drops the connection; queries are answered all along."""
@@ -484,6 +487,7 @@ def test_a_secondary_that_never_reads_is_dropped_after_the_idle_timeout(tmp_path
     assert received < whole, (received, whole)  # cut off, not written to the end
 
 
+@pytest.mark.slow
 def test_a_change_during_a_transfer_does_not_mix_serials(tmp_path: Path) -> None:
     """A secondary reads the first message of the zone, then the zone changes (a service deleted, one
     added, one's address changed, all sorted after the first message) and mcsdns answers the change;

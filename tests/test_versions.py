@@ -45,6 +45,7 @@ def test_the_matrix_spans_the_supported_minors() -> None:
 
 
 @pytest.mark.parametrize("minor", [m for m in MINORS if m != DEFAULT])
+@pytest.mark.slow
 def test_the_api_source_tests_pass_on(minor: str, testbin: Path) -> None:
     cache = testbin / "versions" / minor
     apiserver = cache / "bin" / "kube-apiserver"
