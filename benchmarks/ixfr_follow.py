@@ -30,7 +30,7 @@ import dns.rcode
 
 from testsupport.churn import headless
 from testsupport.secondaries import KnotSecondary
-from testsupport.serverproc import Server
+from testsupport.mcsdnsserver import McsdnsServer
 
 from . import dataset, flags
 
@@ -70,7 +70,7 @@ def measure(size: int, changes: int, work: Path) -> dict[str, Any]:
 
     write(False)
     (work / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
-    server = Server("--manifests", str(manifests), "--manifests", str(churn), "--ns-address", "127.0.0.1",
+    server = McsdnsServer("--manifests", str(manifests), "--manifests", str(churn), "--ns-address", "127.0.0.1",
                     "--transfer-to", "127.0.0.1", "--tsig-key-file", str(work / "key"), "--log-level", "DEBUG")
     knot = KnotSecondary(work / f"knot-{size}", server.dns_port, ("xfr-key", "hmac-sha256", SECRET), load_timeout=600)
     server.args += ["--notify", f"127.0.0.1:{knot.port}"]

@@ -27,7 +27,7 @@ import dns.query
 import dns.rcode
 
 from . import procstat
-from testsupport.serverproc import mcsdns_command
+from testsupport.mcsdnsserver import mcsdns_command
 from testsupport.testbed import DIE_WITH_PARENT, free_port, stop_popen
 
 REPO = Path(__file__).resolve().parent.parent

@@ -59,7 +59,7 @@ from typing import Any
 
 from mcsdns.serve import mmsg
 from testsupport.objects import MCS, endpoint, endpoint_slice, namespace, service_import
-from testsupport.serverproc import ROOT, Server
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
 from testsupport.testbed import ApiError, KubeClient, Testbed
 
 from . import provenance  # date, commit and machine of a stored result
@@ -787,7 +787,7 @@ def soak(args: argparse.Namespace) -> dict:
     state = {k: 0 for k in model.keys()}
     tmp = Path(tempfile.mkdtemp(prefix="mcsdns-soak-"))
     testbed = None
-    mcsdns: Server | None = None
+    mcsdns: McsdnsServer | None = None
     try:
         if args.testbed:
             testbed = Testbed()
@@ -807,7 +807,7 @@ def soak(args: argparse.Namespace) -> dict:
             host, _, port = args.server.rpartition(":")
             server, pid = (host, int(port)), args.pid or 0
         else:
-            mcsdns = Server(*source_args, "--log-level", "WARNING", *(args.mcsdns_arg or []), wait_ready=False)
+            mcsdns = McsdnsServer(*source_args, "--log-level", "WARNING", *(args.mcsdns_arg or []), wait_ready=False)
             mcsdns.start(tmp / "mcsdns.log", timeout=60)
             server, pid = mcsdns.addr, mcsdns.proc.pid
         settle = wait_for_state(server, model, state, timeout=60)

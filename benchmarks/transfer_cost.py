@@ -18,7 +18,6 @@ import argparse
 import re
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import threading
@@ -30,7 +29,8 @@ import dns.exception
 import dns.message
 import dns.query
 
-from testsupport.serverproc import Server
+from testsupport.framing import FrameReader, frame
+from testsupport.mcsdnsserver import McsdnsServer
 
 from . import dataset, flags
 from .servers import tool_path
@@ -59,13 +59,9 @@ def first_message(port: int) -> float:
     wire = dns.message.make_query(ZONE, "AXFR").to_wire()
     started = time.perf_counter()
     with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        got = b""
-        while len(got) < 2 or len(got) < 2 + struct.unpack(">H", got[:2])[0]:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise RuntimeError("closed before the first message")
-            got += chunk
+        sock.sendall(frame(wire))
+        if FrameReader(sock).read() is None:
+            raise RuntimeError("closed before the first message")
     return time.perf_counter() - started
 
 
@@ -90,7 +86,7 @@ def percentile(values: list[float], p: float) -> float:
 
 def measure(size: int, work: Path) -> dict[str, Any]:
     manifests = dataset.write_manifests(dataset.Spec(imports=size), work / f"set-{size}.json")
-    with Server("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--ns-address", "127.0.0.1") as server:
+    with McsdnsServer("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--ns-address", "127.0.0.1") as server:
         packing: list[float] = []
         stop = threading.Event()
         thread = threading.Thread(target=query_latencies, args=(server.dns_port, stop, packing), daemon=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 import dns.message
 
 from benchmarks.dataset import Spec, svc_name, write_manifests
-from testsupport.serverproc import Server
+from testsupport.mcsdnsserver import McsdnsServer
 
 
 def smaps(pid: int) -> dict[str, float]:
@@ -73,7 +73,7 @@ def worker_pids(log: str) -> dict[int, int]:
 
 
 def measure(manifests: Path, workers: int, names: list[str]) -> dict:
-    server = Server("--manifests", str(manifests), "--workers", str(workers), "--upstream", "none")
+    server = McsdnsServer("--manifests", str(manifests), "--workers", str(workers), "--upstream", "none")
     server.start(timeout=300)
     try:
         idle = {k: smaps(pid) for k, pid in sorted(worker_pids(server.log()).items())}

@@ -20,10 +20,11 @@ from prometheus_client import CollectorRegistry
 from .admin.discovery import Discovery, Rejection
 from .admin.orphans import Orphans
 from .admin.server import Admin
-from .config import Config, advertised_addresses
+from .config import Config, advertised_addresses, transfer_networks
 from .metrics import Metrics, Views
+from .serve.loadbalance import RoundRobinResolver
 from .serve.querylog import QueryLog, chain, errors
-from .serve.resolve import Resolver, RoundRobinResolver
+from .serve.resolve import Resolver
 from .serve.transport import DnsServer, TcpLimits, server_label
 from .sources.manifests import ManifestSource, default_paths
 from .store import Store
@@ -31,6 +32,8 @@ from .zone.table import Table, TableConfig
 
 if TYPE_CHECKING:
     from .sources.kube import KubeSource
+    from .xfr.notify import Notifier
+    from .zone.dnssd import DnsSd
 
 log = logging.getLogger(__name__)
 
@@ -73,39 +76,48 @@ class App:
             reuse_port=config.workers > 1,
         )
         self.server.on_panic = self.metrics.panic
-        self.notifier = None
-        if config.transfer_to:  # decision 8: zone transfers, off by default
-            from .config import transfer_networks
-            from .xfr.transfer import Transfers
-            from .xfr.tsigkey import load_key
-
-            key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
-            transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer)
-            if config.ixfr_journal_bytes:
-                from .xfr.journal import Journal
-
-                self.table.journal = transfers.journal = Journal(self.table, config.ixfr_journal_bytes,
-                                                                 config.ixfr_journal_age)
-                self.metrics.journal = transfers.journal
-            transfers.on_fallback = self.metrics.ixfr_fallback
-            self.server.transfers = self.resolver.transfers = transfers
-            if config.notify:
-                from .xfr.notify import Notifier
-
-                self.notifier = Notifier(transfers, config.notify, self.metrics.notified)
-                self.table.on_bump = self.notifier.changed
+        self.notifier = self._make_transfers() if config.transfer_to else None  # decision 8: off by default
         self.metrics.attach(Views(self.table, self.store.counts, self._server_labels, self.forwarder,
                                    self.server.tcp, self.store.condition_counts))
         self.source = source.attach(self.store, self.metrics) if source is not None else self._make_source()
         self._begun_early = source is not None  # cli paused the collector with it (start resumes it)
         if config.dns_sd:
-            from .zone.dnssd import DnsSd
-
-            self.table.dnssd = DnsSd(self.table)
+            self.table.dnssd = self._make_dnssd()
         self.discovery = Discovery(self.table, self.resolver, self.rejections, self.readiness,
                                    enabled=config.discovery == "on")
         self.admin = Admin(self.registry, self.readiness, self.discovery.routes())
         self._tasks: list[asyncio.Task] = []
+
+    def _make_transfers(self) -> Notifier | None:
+        """--transfer-to: the transfers, handed to the listeners and the resolver, with the IXFR journal
+        and the metrics they report to; returns the --notify sender, if any."""
+        from .xfr.transfer import Transfers  # (dnspython: loaded only when transfers are on)
+        from .xfr.tsig import load_key
+
+        config = self.config
+        key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
+        transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer)
+        if config.ixfr_journal_bytes:
+            from .xfr.journal import Journal
+
+            self.table.journal = transfers.journal = Journal(self.table, config.ixfr_journal_bytes,
+                                                             config.ixfr_journal_age)
+            self.metrics.journal = transfers.journal
+        transfers.on_fallback = self.metrics.ixfr_fallback
+        self.server.transfers = self.resolver.transfers = transfers
+        if not config.notify:
+            return None
+        from .xfr.notify import Notifier
+
+        notifier = Notifier(transfers, config.notify, self.metrics.notified)
+        self.table.on_bump = notifier.changed
+        return notifier
+
+    def _make_dnssd(self) -> DnsSd:
+        """--dns-sd: the browsing names, compiled into the table with the services they list."""
+        from .zone.dnssd import DnsSd
+
+        return DnsSd(self.table)
 
     def _make_source(self):
         if self.config.uses_api and not self.config.manifests:
@@ -146,7 +158,7 @@ class App:
         `dns=False`: no DNS listeners (the --workers supervisor, whose forked workers answer)."""
         # The initial list or load allocates millions of objects that all live on, with no cycles
         # among them: the cyclic collector, triggered by the allocations alone, would scan the
-        # growing store again and again for nothing (a third of the list's CPU at 10k imports).
+        # growing store again and again for nothing.
         # It is paused until the sync (or the startup timeout); the collection below follows. A source
         # begun before the App (cli._begin_source) was begun with the collector paused already.
         collecting = gc.isenabled() or self._begun_early
@@ -166,8 +178,8 @@ class App:
                 gc.enable()
         # The initial objects live as long as the process: move them out of the collector's sight, so
         # a full collection while serving scans only what changed since (a latency spike otherwise).
-        # No collection first: it would scan every object of the sync (0.13 s at 10k imports, before
-        # the first answer) to free the few cycles the sync left (147 objects at 10k), which stay.
+        # No collection first: it would scan every object of the sync, before the first answer, to
+        # free the few cycles the sync left, which stay.
         gc.freeze()
         for host, port in self.config.listen if dns else ():
             await self.server.listen(host, port)

@@ -255,7 +255,7 @@ class Config:
             if not _address_or_hostname(host):
                 raise ConfigError(f"--notify {hostport_text(host, port)}: {host!r} is neither an IP address nor a host name")
         if self.tsig_key_file is not None:
-            from .xfr.tsigkey import KeyFileError, load_key  # (dnspython's TSIG: loaded only when a key is given)
+            from .xfr.tsig import KeyFileError, load_key  # (dnspython's TSIG: loaded only when a key is given)
 
             if not self.transfer_to:
                 raise ConfigError("--tsig-key-file needs --transfer-to (who may transfer): without it transfers are off")

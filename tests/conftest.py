@@ -112,20 +112,6 @@ def testbed(testbin: Path) -> Iterator[Testbed]:
 _namespace_counter = itertools.count(1)
 
 
-@pytest.fixture
-def fresh_namespace(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A new, uniquely named namespace; its EndpointSlices/ServiceImports are removed afterwards.
-
-    The namespace itself is left in place on purpose: without kube-controller-manager
-    nothing finalizes a deleted namespace, so it would hang in Terminating forever.
-    """
-    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{stem or 'test'}-{next(_namespace_counter)}"
-    testbed.create_namespace(name)
-    yield name
-    _empty_namespace(testbed, name)
-
-
 def _empty_namespace(testbed: Testbed, namespace: str) -> None:
     """Delete the objects mcsdns reads, whatever ServiceImport version is served now."""
     if not testbed.apiserver or not testbed.apiserver.running():
@@ -146,6 +132,47 @@ def _empty_namespace(testbed: Testbed, namespace: str) -> None:
             if err.status != 404:
                 raise
 
+
+@pytest.fixture
+def fresh_namespace(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new, uniquely named namespace; its EndpointSlices/ServiceImports are removed afterwards.
+
+    The namespace itself is left in place on purpose: without kube-controller-manager
+    nothing finalizes a deleted namespace, so it would hang in Terminating forever.
+    """
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{stem or 'test'}-{next(_namespace_counter)}"
+    testbed.create_namespace(name)
+    yield name
+    _empty_namespace(testbed, name)
+
 # ============================================================================ #
 # END kube testbed fixtures
+# ============================================================================ #
+
+# ============================================================================ #
+# BEGIN server logs: each mcsdns server's log lands in a pytest temp directory
+# ============================================================================ #
+
+from testsupport import mcsdnsserver  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _server_logs_for_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Servers a module or session fixture starts (before any test's tmp_path exists) log here."""
+    mcsdnsserver.LOG_DIR = tmp_path_factory.mktemp("server-logs")
+    yield
+    mcsdnsserver.LOG_DIR = None
+
+
+@pytest.fixture(autouse=True)
+def _server_logs_for_the_test(_server_logs_for_the_session: None, tmp_path: Path) -> Iterator[None]:
+    """A server the test starts itself logs into the test's tmp_path, beside its other files."""
+    session_dir = mcsdnsserver.LOG_DIR
+    mcsdnsserver.LOG_DIR = tmp_path
+    yield
+    mcsdnsserver.LOG_DIR = session_dir
+
+# ============================================================================ #
+# END server logs
 # ============================================================================ #

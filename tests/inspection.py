@@ -12,7 +12,7 @@ import dns.rcode
 import dns.rrset
 
 from testsupport.cases import Case, check, expected_lines, section_lines
-from testsupport.serverproc import Server
+from testsupport.mcsdnsserver import McsdnsServer
 
 # What the reason of some contract cases must say (served with --namespaces testns): the cause a user looks for.
 REASONS = {
@@ -39,19 +39,19 @@ REASONS = {
 }
 
 
-def get_json(server: Server, path: str) -> tuple[int, dict]:
+def get_json(server: McsdnsServer, path: str) -> tuple[int, dict]:
     status, body = server.http(path)
     assert status, f"no HTTP reply for {path}"
     return status, json.loads(body)
 
 
-def explain(server: Server, name: str, qtype: str = "A") -> dict:
+def explain(server: McsdnsServer, name: str, qtype: str = "A") -> dict:
     status, doc = get_json(server, f"/explain?name={name}&type={qtype}")
     assert status == 200, (name, qtype, doc)
     return doc
 
 
-def imports(server: Server) -> dict:
+def imports(server: McsdnsServer) -> dict:
     status, doc = get_json(server, "/imports")
     assert status == 200, doc
     return doc
@@ -66,7 +66,7 @@ def zone_lines(lines: list[str]) -> set[str]:
     return section_lines(rrsets)
 
 
-def assert_explain_agrees(server: Server, c: Case) -> dict:
+def assert_explain_agrees(server: McsdnsServer, c: Case) -> dict:
     """Ask `c` through DNS and /explain: same rcode and records, both the contract's; returns the explanation."""
     reply = server.query(c.qname, c.qtype, use_edns=0)
     check(c, reply)

@@ -1,5 +1,5 @@
 """Helpers for the kube watch scenarios (tests/test_kube_*.py): the real `mcsdns serve`
-against the testbed (a serverproc.Server), queried with dnspython over UDP. The object
+against the testbed (a mcsdnsserver.McsdnsServer), queried with dnspython over UDP. The object
 builders are testsupport.objects' (re-exported here).
 
 A subprocess is closer to reality than the App on a thread: it reads the
@@ -16,7 +16,8 @@ import dns.rcode
 
 # Re-exported for the kube tests: the shared builders, the one `eventually`.
 from testsupport.objects import ES_API, MCS, ZONE, endpoint_slice, service_import  # noqa: F401
-from testsupport.serverproc import Server, eventually  # noqa: F401
+from testsupport.mcsdnsserver import McsdnsServer  # noqa: F401
+from testsupport.polling import eventually  # noqa: F401
 from testsupport.testbed import Testbed
 
 
@@ -40,8 +41,8 @@ def ensure_crd(testbed: Testbed, version: str = "v0.5.0") -> None:
 # --------------------------------------------------------------------------- the server
 
 
-class KubeServer(Server):
-    """`mcsdns serve --kubeconfig ...` (the shared serverproc.Server), with the kube tests' probes."""
+class KubeServer(McsdnsServer):
+    """`mcsdns serve --kubeconfig ...` (the shared mcsdnsserver.McsdnsServer), with the kube tests' probes."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, *extra: str, startup_timeout: str = "30s") -> None:
         super().__init__(

@@ -10,7 +10,9 @@ import socket
 import sys
 import time
 
-from testsupport.serverproc import Server, eventually
+from testsupport.mcsdnsserver import McsdnsServer
+
+from testsupport.polling import eventually
 
 PROBE_TIMEOUT = 1.0  # a kubelet probe's default timeoutSeconds
 CAP = 128  # admin.MAX_CONNECTIONS
@@ -67,9 +69,9 @@ def closed_by_server(sock: socket.socket) -> bool:
         return True  # reset: cut by the server
 
 
-def limited_server(nofile: int) -> Server:
+def limited_server(nofile: int) -> McsdnsServer:
     """`mcsdns serve` with at most `nofile` open files: a slowloris client without a cap would exhaust them."""
-    s = Server()
+    s = McsdnsServer()
     s.argv = [sys.executable, "-c",
               f"import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {nofile})); "
               "from mcsdns.cli import main; sys.exit(main(sys.argv[1:]))",
@@ -110,7 +112,7 @@ def test_slowloris_does_not_delay_ready_probes():
 
 
 def test_a_request_head_must_arrive_within_the_read_timeout():
-    with Server() as s, socket.create_connection(("127.0.0.1", s.http_port), timeout=5) as sock:
+    with McsdnsServer() as s, socket.create_connection(("127.0.0.1", s.http_port), timeout=5) as sock:
         started = time.monotonic()
         sock.sendall(b"GET /ready HTTP/1.1\r\n")
         while time.monotonic() - started < READ_TIMEOUT + 5:  # one byte every 200 ms never completes the head
@@ -127,7 +129,7 @@ def test_a_request_head_must_arrive_within_the_read_timeout():
 
 
 def test_oversized_and_garbage_requests():
-    with Server() as s:
+    with McsdnsServer() as s:
         port = s.http_port
         big_header = b"GET /ready HTTP/1.1\r\nX-Big: " + b"a" * 10000 + b"\r\n\r\n"
         assert raw(port, big_header).startswith(b"HTTP/1.1 431 ")
@@ -150,7 +152,7 @@ def test_oversized_and_garbage_requests():
 
 
 def test_shutdown_with_connections_open_is_prompt():
-    s = Server().start()
+    s = McsdnsServer().start()
     socks = [socket.create_connection(("127.0.0.1", s.http_port), timeout=5) for _ in range(50)]
     socks[0].sendall(b"GET /ready HTTP/1.1\r\n")  # one half-sent request
     try:

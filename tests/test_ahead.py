@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from mcsdns.sources.ahead import ahead
-from testsupport.serverproc import eventually
+from testsupport.polling import eventually
 
 
 def test_items_arrive_in_order_and_the_producer_runs_ahead_of_the_consumer() -> None:

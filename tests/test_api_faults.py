@@ -46,7 +46,7 @@ import pytest
 from kube_server import ES_API, MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from mcsdns.sources.kubeapi import LIST_TIMEOUT
 from mcsdns.sources.watching import STREAM_SLACK
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 PROBE = '''
 import pytest

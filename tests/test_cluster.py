@@ -74,6 +74,19 @@ def images_of_this_checkout() -> None:
         pytest.skip(f"tools/testbin/build-images.sh failed (exit {done.returncode}): {reason}")
 
 
+def assert_nothing_left(cl: Cluster) -> None:
+    """After `down`: no process, device, mount, cgroup or rule of the cluster remains."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "mcsdns-node" not in links and "mcsdns-cni0" not in links, links
+    lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
+    assert NODE_LOCAL_DNS_IP not in lo, lo
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(cl.dir) not in mounts
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    assert "KUBE-" not in rules and "CNI-" not in rules, rules
+    assert not any(Path(h, "mcsdns-cluster").exists() for h in Path("/sys/fs/cgroup").iterdir())
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module; skipped (a failure in CI) where a kubelet cannot run."""
@@ -91,19 +104,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         cl.down()
         assert_nothing_left(cl)
-
-
-def assert_nothing_left(cl: Cluster) -> None:
-    """After `down`: no process, device, mount, cgroup or rule of the cluster remains."""
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert "mcsdns-node" not in links and "mcsdns-cni0" not in links, links
-    lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
-    assert NODE_LOCAL_DNS_IP not in lo, lo
-    mounts = Path("/proc/self/mountinfo").read_text()
-    assert str(cl.dir) not in mounts
-    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
-    assert "KUBE-" not in rules and "CNI-" not in rules, rules
-    assert not any(Path(h, "mcsdns-cluster").exists() for h in Path("/sys/fs/cgroup").iterdir())
 
 
 def kubectl(cl: Cluster, *args: str, timeout: float = 120.0, input: str | None = None) -> str:

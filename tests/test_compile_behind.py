@@ -14,6 +14,7 @@ import random
 
 import dns.message
 import dns.rcode
+
 import pytest
 
 from mcsdns.serve.resolve import Resolver
@@ -144,6 +145,19 @@ def test_reverse_zones_compile_everything_at_the_sync():
     assert r.table.settled and r.table.owned
 
 
+def metrics(server, *names: str) -> list[float]:
+    """Samples' values from one scrape of the server's /metrics."""
+    status, text = server.http("/metrics")
+    assert status == 200
+    lines = text.splitlines()
+    return [float(next(line.split()[-1] for line in lines if line.startswith(name + " "))) for name in names]
+
+
+def metric(server, name: str) -> float:
+    """One sample's value from the server's /metrics."""
+    return metrics(server, name)[0]
+
+
 @pytest.mark.slow
 def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
     """A real server from a manifests file of 50,000 imports: questions asked as soon as it answers, while
@@ -151,7 +165,8 @@ def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
     once everything is compiled; the last import's address among them. (At 20,000 the compile after the
     sync took 0.66 s on an idle machine, which the start-up probe and the 24 exchanges missed 3 times in 4.)"""
     from benchmarks.dataset import Spec, headless_name, svc_name, vip4, write_manifests
-    from testsupport.serverproc import Server, eventually, exchange
+    from testsupport.mcsdnsserver import McsdnsServer, exchange
+    from testsupport.polling import eventually
 
     spec = Spec(imports=50000, headless=(10, 100, 1000))
     manifests = write_manifests(spec, tmp_path / "set.json")
@@ -166,7 +181,7 @@ def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
         q = dns.message.make_query(name, qtype, use_edns=0, payload=1232)
         q.id = i
         packets.append(q.to_wire())
-    server = Server("--manifests", str(manifests))
+    server = McsdnsServer("--manifests", str(manifests))
     server.start(timeout=180)
     try:
         during = [exchange(server, packet, tcp) for packet in packets for tcp in (False, True)]
@@ -187,16 +202,3 @@ def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
             assert a == b, (names[i // 2], "tcp" if i % 2 else "udp")
     finally:
         server.stop()
-
-
-def metric(server, name: str) -> float:
-    """One sample's value from the server's /metrics."""
-    return metrics(server, name)[0]
-
-
-def metrics(server, *names: str) -> list[float]:
-    """Samples' values from one scrape of the server's /metrics."""
-    status, text = server.http("/metrics")
-    assert status == 200
-    lines = text.splitlines()
-    return [float(next(line.split()[-1] for line in lines if line.startswith(name + " "))) for name in names]

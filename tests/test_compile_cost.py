@@ -16,7 +16,7 @@ from mcsdns.zone import compiler
 from mcsdns.objects import Address, EndpointSlice, Port, ServiceImport
 from mcsdns.serve.resolve import Resolver
 from mcsdns.zone.table import Table
-from testsupport.inprocess import NS_ADDRESSES, build_table
+from testsupport.inprocess import NS_ADDRESSES, ask, build_table
 from testsupport.objects import endpoint_slice, namespace, service_import
 
 pytestmark = pytest.mark.slow  # compiles services of thousands of endpoints
@@ -129,10 +129,6 @@ def test_srv_records_keep_each_pair_once_as_their_definition_says():
     assert checked > 2 * 80 * 60 and cut == 2  # the wide service's name, with and without --local-cluster
 
 
-def ask(resolver: Resolver, name: str, qtype: str) -> dns.message.Message:
-    return dns.message.from_wire(resolver.handle(dns.message.make_query(name, qtype).to_wire(), True))
-
-
 def records(section, rdtype: int) -> list:
     return [rd for rrset in section if rrset.rdtype == rdtype for rd in rrset]
 
@@ -153,17 +149,17 @@ def test_headless_with_many_endpoints_and_named_ports():
     assert len(table.owned[("ns", "big")]) == 3 * 41
     for i, port in enumerate(ports):
         name = f"_p{i}._{port['protocol'].lower()}.big.ns.svc.{Z}"
-        srv = ask(resolver, name, "SRV")
+        srv = ask(resolver, name, "SRV", tcp=True)
         assert srv.rcode() == dns.rcode.NOERROR
         answers = records(srv.answer, dns.rdatatype.SRV)
         assert {rd.target.to_text() for rd in answers} == targets and len(answers) == 200
         assert {(rd.port, rd.weight, rd.priority) for rd in answers} == {(port["port"], 1, 0)}
         assert {rd.address for rd in records(srv.additional, dns.rdatatype.A)} == addresses
-        a = ask(resolver, name, "A")
+        a = ask(resolver, name, "A", tcp=True)
         assert sorted(rd.address for rd in records(a.answer, dns.rdatatype.A)) == sorted(addresses)
-        assert ask(resolver, name, "AAAA").rcode() == dns.rcode.NOERROR  # exists, no IPv6: NODATA
+        assert ask(resolver, name, "AAAA", tcp=True).rcode() == dns.rcode.NOERROR  # exists, no IPv6: NODATA
         wrong = f"_p{i}._{PROTOCOLS[(i + 1) % 3].lower()}.big.ns.svc.{Z}"
-        assert ask(resolver, wrong, "SRV").rcode() == dns.rcode.NXDOMAIN
+        assert ask(resolver, wrong, "SRV", tcp=True).rcode() == dns.rcode.NXDOMAIN
     # The service name's SRV: every (target, port) pair once (too many for one message: checked before rendering).
     svc = table.service("ns", "big")
     ((_, _, bare_srv),) = [r for r in compiler.compile_service(svc, table, 5, NS_ADDRESSES, endpoint_names=False)
@@ -183,14 +179,14 @@ def test_clustersetip_with_a_thousand_named_ports():
     for i in (0, 1, 2, 249, 250, 998, 999):
         port = ports[i]
         name = f"_p{i}._{port['protocol'].lower()}.wide.ns.svc.{Z}"
-        srv = ask(resolver, name, "SRV")
+        srv = ask(resolver, name, "SRV", tcp=True)
         assert [(rd.port, rd.weight, rd.target.to_text()) for rd in records(srv.answer, dns.rdatatype.SRV)] == [
             (port["port"], 50, f"wide.ns.svc.{Z}")
         ]
-        assert [rd.address for rd in records(ask(resolver, name, "A").answer, dns.rdatatype.A)] == ["10.9.0.1"]
-        assert [rd.address for rd in records(ask(resolver, name, "AAAA").answer, dns.rdatatype.AAAA)] == ["fd00::9"]
-    bare = ask(resolver, f"wide.ns.svc.{Z}", "SRV")
+        assert [rd.address for rd in records(ask(resolver, name, "A", tcp=True).answer, dns.rdatatype.A)] == ["10.9.0.1"]
+        assert [rd.address for rd in records(ask(resolver, name, "AAAA", tcp=True).answer, dns.rdatatype.AAAA)] == ["fd00::9"]
+    bare = ask(resolver, f"wide.ns.svc.{Z}", "SRV", tcp=True)
     answers = records(bare.answer, dns.rdatatype.SRV)
     assert sorted(rd.port for rd in answers) == list(range(1, 251))  # one per number, whatever its names
     assert {rd.weight for rd in answers} == {1}  # 100 // 2000 entries, at least 1
-    assert ask(resolver, f"_p1._tcp.wide.ns.svc.{Z}", "SRV").rcode() == dns.rcode.NXDOMAIN  # p1 is UDP
+    assert ask(resolver, f"_p1._tcp.wide.ns.svc.{Z}", "SRV", tcp=True).rcode() == dns.rcode.NXDOMAIN  # p1 is UDP

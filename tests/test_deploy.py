@@ -40,7 +40,7 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from testsupport.serverproc import eventually
+from testsupport.polling import eventually
 from testsupport.testbed import ApiError, Process, Testbed
 from testsupport.testbed import testbin_cache as _testbin_cache
 
@@ -569,7 +569,7 @@ def test_server_runs_as_deployed_with_the_cluster_role(
     testbed: Testbed, base: dict, user_bound_to_deploy_role: Path, fresh_namespace: str, tmp_path: Path,
 ) -> None:
     from kube_server import KubeServer, a, endpoint_slice, ensure_crd, fqdn, service_import
-    from testsupport.serverproc import free_port
+    from testsupport.testbed import free_port
 
     coredns_bin = cached_binary("coredns")
     ensure_crd(testbed)

@@ -23,7 +23,8 @@ import yaml
 from testsupport.cases import MAIN, Z
 from inspection import assert_explain_agrees, explain, get_json, imports
 from testsupport.objects import headless_service, service_import
-from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
+from testsupport.polling import eventually
 from testsupport.testbed import free_port
 
 MCS = "multicluster.x-k8s.io/v1beta1"
@@ -31,7 +32,7 @@ MCS = "multicluster.x-k8s.io/v1beta1"
 
 @pytest.fixture(scope="module")
 def contract():
-    with Server("--manifests", str(FIXTURES / "contract.yaml"), "--namespaces", "testns") as s:
+    with McsdnsServer("--manifests", str(FIXTURES / "contract.yaml"), "--namespaces", "testns") as s:
         yield s
 
 
@@ -60,7 +61,7 @@ def test_explain_of_a_name_outside_the_zones(contract, tmp_path):
     assert doc["rcode"] == "REFUSED" and doc["answer"] == []
     assert doc["reason"] == "example.org. is outside the zones served here (clusterset.local): forwarding is off " \
         "(--upstream none), so it is refused"
-    with Server("--upstream", f"127.0.0.1:{free_port()}", "--upstream-timeout", "500ms") as forwarding:
+    with McsdnsServer("--upstream", f"127.0.0.1:{free_port()}", "--upstream-timeout", "500ms") as forwarding:
         doc = explain(forwarding, "example.org")
         assert doc["rcode"] is None and "it is forwarded to the upstream nameservers" in doc["reason"]
 
@@ -104,7 +105,7 @@ def test_imports_follow_adds_updates_and_deletes(tmp_path):
     path = tmp_path / "live.yaml"
     ns = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}]
     _write(path, ns + [_import("app", "one", ["10.7.0.1"])])
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         assert [e["name"] for e in imports(s)["imports"]] == ["one"]
 
         def dns_then_imports(name, want_rcode, check):
@@ -134,7 +135,7 @@ def test_rejected_objects_appear_with_their_reason(tmp_path):
     dotted = _import("app", "my.svc", ["10.7.0.2"])  # a valid Kubernetes name, but no DNS label
     _write(path, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}, broken, dotted,
                   _import("app", "fine", ["10.7.0.3"])])  # fmt: skip
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         doc = imports(s)
         assert [e["name"] for e in doc["imports"]] == ["fine"]
         rejected = {(r["kind"], r["namespace"], r["name"]): r["reason"] for r in doc["rejected"]}
@@ -161,7 +162,7 @@ def test_explain_reasons_for_endpoints_and_slices(tmp_path):
                    "endpoints": [{"addresses": ["10.8.0.3"], "hostname": "db-2"}], "ports": []}  # fmt: skip
     lonely = headless_service("app", "lonely", [{"addresses": ["10.8.1.1"], "conditions": {"ready": False}}])
     _write(path, objects + [clusterless] + lonely + [_import("app", "empty", [], spec_type="Headless")])
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         cases = {
             ("db-0.c1.db.app.svc", "A"): ("NOERROR", "from endpoint db-0 of cluster c1 in EndpointSlice app/db-1"),
             ("db-1.c1.db.app.svc", "A"): ("NXDOMAIN", "endpoint db-1 of cluster c1 in EndpointSlice app/db-1 exists but is not ready"),
@@ -183,7 +184,7 @@ def test_explain_reasons_for_endpoints_and_slices(tmp_path):
 def test_explain_before_sync_says_so(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: [unclosed\n")
-    with Server("--manifests", str(bad), "--startup-timeout", "0", wait_ready=False) as s:
+    with McsdnsServer("--manifests", str(bad), "--startup-timeout", "0", wait_ready=False) as s:
         doc = explain(s, f"nothing.app.svc.{Z}")
         assert doc["rcode"] == "SERVFAIL" and doc["reason"].startswith("not synced yet (manifests not loaded")
         assert imports(s)["synced"] is False
@@ -248,7 +249,7 @@ def test_dns_is_answered_while_a_long_imports_list_is_built(tmp_path):
     objects += [_import("big", f"s{i}", [f"10.{i // 250}.{i % 250}.1"]) for i in range(10_000)]
     path = tmp_path / "big.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         done: dict[str, float] = {}
         sock = socket.create_connection(("127.0.0.1", s.http_port), timeout=30)
 
@@ -293,7 +294,7 @@ def test_malformed_import_status_is_cut_logged_and_shown_never_answered(tmp_path
     objects += [imp(name, status) for name, status in statuses.items()]
     path = tmp_path / "odd.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         twin = s.query(f"twin.odd.svc.{Z}", "A")
         for name in statuses:
             reply = s.query(f"{name}.odd.svc.{Z}", "A")

@@ -17,7 +17,7 @@ import pytest
 
 from inspection import imports
 from mcsdns.config import Config, ConfigError
-from testsupport.serverproc import FIXTURES, ROOT, Server
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
 
 CONTRACT = str(FIXTURES / "contract.yaml")
 SVC1 = "svc1.testns.svc.clusterset.local"
@@ -28,7 +28,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mcsdns", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
 
 
-def _assert_off(server: Server) -> None:
+def _assert_off(server: McsdnsServer) -> None:
     for path in ROUTES:
         status, body = server.http(path)
         assert status == 404, (path, status, body)
@@ -43,7 +43,7 @@ def _assert_off(server: Server) -> None:
 
 
 def test_discovery_off_answers_404_and_keeps_probes_and_metrics():
-    with Server("--manifests", CONTRACT, "--discovery", "off") as server:
+    with McsdnsServer("--manifests", CONTRACT, "--discovery", "off") as server:
         _assert_off(server)
 
 
@@ -51,12 +51,12 @@ def test_discovery_off_with_workers():
     """The supervisor serves the admin port for the workers: the flag holds there too."""
     if not hasattr(socket, "SO_REUSEPORT"):
         pytest.skip("--workers needs SO_REUSEPORT")
-    with Server("--manifests", CONTRACT, "--discovery=off", "--workers", "2") as server:
+    with McsdnsServer("--manifests", CONTRACT, "--discovery=off", "--workers", "2") as server:
         _assert_off(server)
 
 
 def test_cli_says_discovery_is_off():
-    with Server("--manifests", CONTRACT, "--discovery=off") as server:
+    with McsdnsServer("--manifests", CONTRACT, "--discovery=off") as server:
         url = f"http://127.0.0.1:{server.http_port}"
         for args in (("imports",), ("explain", SVC1)):
             out = _cli(*args, "--server", url)
@@ -67,7 +67,7 @@ def test_cli_says_discovery_is_off():
 
 @pytest.mark.parametrize("flags", [(), ("--discovery", "on")], ids=["default", "on"])
 def test_discovery_on_serves_both_routes(flags):
-    with Server("--manifests", CONTRACT, *flags) as server:
+    with McsdnsServer("--manifests", CONTRACT, *flags) as server:
         assert ("testns", "svc1") in [(e["namespace"], e["name"]) for e in imports(server)["imports"]]
         status, body = server.http(ROUTES[1])
         assert status == 200 and json.loads(body)["answer"] == [f"{SVC1}. 5 IN A 10.0.0.1"]

@@ -21,7 +21,7 @@ from mcsdns.serve import selector
 from mcsdns.serve.resolve import Resolver
 from mcsdns.serve.transport import DnsServer
 from testsupport.inprocess import build_table
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
 NAMES = ("web.demo.svc.clusterset.local.", "WEB.demo.svc.clusterset.local.", "nothere.demo.svc.clusterset.local.",

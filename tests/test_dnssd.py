@@ -19,30 +19,31 @@ import yaml
 from testsupport.cases import MAIN, Z, check, section_lines
 from inspection import explain
 from testsupport.objects import headless_service
-from testsupport.serverproc import FIXTURES, Server, eventually
+from testsupport.mcsdnsserver import FIXTURES, McsdnsServer
+from testsupport.polling import eventually
 
 BROWSE = f"b._dns-sd._udp.{Z}"
 
 
 @pytest.fixture(scope="module")
 def on():
-    with Server("--dns-sd") as s:
+    with McsdnsServer("--dns-sd") as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def off():
-    with Server() as s:
+    with McsdnsServer() as s:
         yield s
 
 
-def ptr(server: Server, name: str) -> list[str]:
+def ptr(server: McsdnsServer, name: str) -> list[str]:
     reply = server.query(name, "PTR")
     assert reply.rcode() == dns.rcode.NOERROR and reply.flags & dns.flags.AA, (name, reply)
     return sorted(rd.target.to_text() for rrset in reply.answer for rd in rrset)
 
 
-def browse(server: Server) -> dict[str, dict]:
+def browse(server: McsdnsServer) -> dict[str, dict]:
     """Walk every browsing name down to each instance's SRV, TXT and addresses, as a DNS-SD browser does."""
     found: dict[str, dict] = {}
     for domain in ptr(server, BROWSE):
@@ -123,7 +124,7 @@ def test_without_the_flag_browsing_names_answer_as_coredns(on, off):
 
 
 def test_contract_unchanged_with_dns_sd():
-    with Server("--manifests", str(FIXTURES / "contract.yaml"), "--namespaces", "testns", "--dns-sd") as s:
+    with McsdnsServer("--manifests", str(FIXTURES / "contract.yaml"), "--namespaces", "testns", "--dns-sd") as s:
         for c in MAIN:
             check(c, s.query(c.qname, c.qtype, use_edns=0))
         assert ptr(s, BROWSE) == [f"testns.svc.{Z}"]  # kube-system and unexposedns have imports but are not served
@@ -137,7 +138,7 @@ def test_browsing_follows_changes(tmp_path):
     path = tmp_path / "m.yaml"
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}
     path.write_text(yaml.safe_dump_all([ns, *headless_service("app", "one", [{"addresses": ["10.6.0.1"]}])]))
-    with Server("--manifests", str(path), "--dns-sd") as s:
+    with McsdnsServer("--manifests", str(path), "--dns-sd") as s:
         assert ptr(s, f"_http._tcp.app.svc.{Z}") == [f"one._http._tcp.app.svc.{Z}"]
         path.write_text(yaml.safe_dump_all([ns, *headless_service("app", "one", [{"addresses": ["10.6.0.1"]}]),
                                             *headless_service("app", "two", [{"addresses": ["10.6.0.2"]}])]))  # fmt: skip
@@ -154,7 +155,7 @@ def test_browsing_follows_changes(tmp_path):
         assert ptr(s, BROWSE) == []
 
 
-def kdig_sections(server: Server, name: str, qtype: str) -> tuple[list[str], list[str]]:
+def kdig_sections(server: McsdnsServer, name: str, qtype: str) -> tuple[list[str], list[str]]:
     """kdig's answer and additional sections, one record a line, whitespace folded."""
     kdig = shutil.which("kdig")
     if kdig is None:
@@ -181,7 +182,7 @@ def test_an_instance_srv_carries_its_targets_addresses_in_additional(on, tmp_pat
     path = tmp_path / "m.yaml"
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}
     path.write_text(yaml.safe_dump_all([ns, *headless_service("app", "one", [{"addresses": ["10.6.0.1"]}])]))
-    with Server("--manifests", str(path), "--dns-sd") as s:
+    with McsdnsServer("--manifests", str(path), "--dns-sd") as s:
         assert kdig_sections(s, f"one._http._tcp.app.svc.{Z}", "SRV")[1] == [f"one.app.svc.{Z} 5 IN A 10.6.0.1"]
         path.write_text(yaml.safe_dump_all([ns, *headless_service("app", "one", [{"addresses": ["10.6.0.1"]},
                                                                                  {"addresses": ["10.6.0.2"]}])]))

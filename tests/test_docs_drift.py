@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.serverproc import ROOT, Server
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_monitoring import exported_names  # noqa: E402
@@ -45,7 +45,7 @@ def test_the_metric_names_are_found() -> None:
 def test_every_metric_name_in_the_docs_is_exported() -> None:
     """Scraped from a server with every optional family on: transfers, DNS-SD, a reverse zone and an
     upstream (a dead one; the forwarder's families exist without a reply)."""
-    with Server("--transfer-to", "127.0.0.1", "--dns-sd", "--reverse-cidr", "10.96.0.0/16",
+    with McsdnsServer("--transfer-to", "127.0.0.1", "--dns-sd", "--reverse-cidr", "10.96.0.0/16",
                 "--upstream", dead_port()) as server:
         server.query("web.demo.svc.clusterset.local.", "A")
         status, text = server.http("/metrics")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "deploy").rglob("*.md"),
                *(ROOT / "benchmarks" / "results").glob("*.md")])

@@ -19,7 +19,8 @@ import dns.message
 import dns.query
 import pytest
 
-from testsupport.serverproc import ROOT, Server, eventually
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
+from testsupport.polling import eventually
 from testsupport.testbed import free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -39,13 +40,13 @@ def test_help_describes_the_command_not_the_module() -> None:
     assert "`mcsdns serve` runs the server" in text and "argv -> Config" not in text
 
 
-def _started(server: Server) -> str:
+def _started(server: McsdnsServer) -> str:
     with server:
         assert server.query("web.demo.svc.clusterset.local.", "A").answer
     return server.log()
 
 
-def _with_open_files(server: Server, limit: int, *args: str) -> Server:
+def _with_open_files(server: McsdnsServer, limit: int, *args: str) -> McsdnsServer:
     """`server` run under an open-file limit of `limit`, the default --max-tcp-connections (20000) above it."""
     server.argv = ["prlimit", f"--nofile={limit}:{limit}", sys.executable, "-m", "mcsdns", "serve",
                    "--listen", f"127.0.0.1:{server.dns_port}", "--http-listen", f"127.0.0.1:{server.http_port}",
@@ -56,16 +57,16 @@ def _with_open_files(server: Server, limit: int, *args: str) -> Server:
 def test_a_default_start_warns_about_nothing_the_user_did_not_set() -> None:
     """Under an open-file limit below the default TCP cap the cap is lowered quietly (the flag's help says
     so); a cap the operator asked for and cannot have is still a warning."""
-    log = _started(_with_open_files(Server(), 4096))
+    log = _started(_with_open_files(McsdnsServer(), 4096))
     assert "WARNING" not in log, log
     assert "does not fit the open-file limit" in log  # said, at INFO
-    log = _started(_with_open_files(Server(), 4096, "--max-tcp-connections", "10000"))
+    log = _started(_with_open_files(McsdnsServer(), 4096, "--max-tcp-connections", "10000"))
     assert "WARNING mcsdns.serve.tcp: --max-tcp-connections 10000 does not fit the open-file limit" in log, log
 
 
 @pytest.fixture(scope="module")
 def server():
-    with Server() as s:
+    with McsdnsServer() as s:
         yield s
 
 
@@ -82,7 +83,7 @@ def _into_a_closed_pipe(argv: list[str]) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("argv", [["zone"], ["--help"], ["serve", "--help"], ["--version"], ["imports"],
                                   ["explain", "web.demo"], ["imports", "-o", "json"]], ids=" ".join)
-def test_output_into_a_closed_pipe_ends_quietly(server: Server, argv: list[str]) -> None:
+def test_output_into_a_closed_pipe_ends_quietly(server: McsdnsServer, argv: list[str]) -> None:
     """As `cat` or `grep` end: by SIGPIPE (the shell shows 141), no traceback, nothing on stderr."""
     if argv[0] in ("imports", "explain"):
         argv = [*argv, "--server", f"http://127.0.0.1:{server.http_port}"]
@@ -111,7 +112,7 @@ def test_listen_without_a_port_listens_on_5353() -> None:
     """`--listen HOST` means HOST:5353, the documented default port, as --help and docs/flags.md say
     (another loopback address than the default's, so a server already on 127.0.0.1:5353 is no obstacle)."""
     host = "127.0.0.77"
-    server = Server()
+    server = McsdnsServer()
     server.argv = [sys.executable, "-m", "mcsdns", "serve", "--listen", host, "--listen", f"127.0.0.1:{server.dns_port}",
                    "--http-listen", f"127.0.0.1:{server.http_port}", "--lameduck", "0", "--upstream", "none"]
     with server:
@@ -137,14 +138,14 @@ BROKEN = "apiVersion: v1\nkind: [unclosed\n"
 BROKEN_REASON = "invalid YAML/JSON at line 3: did not find expected ',' or ']'"
 
 
-def imports_cli(server: Server, *args: str) -> subprocess.CompletedProcess:
+def imports_cli(server: McsdnsServer, *args: str) -> subprocess.CompletedProcess:
     return mcsdns("imports", "--server", f"http://127.0.0.1:{server.http_port}", *args)
 
 
 def test_a_manifests_file_broken_at_start_is_named_by_ready_imports_and_the_log(tmp_path: Path) -> None:
     path = tmp_path / "app.yaml"
     path.write_text(BROKEN)
-    with Server("--manifests", str(path), "--startup-timeout", "0", wait_ready=False) as server:
+    with McsdnsServer("--manifests", str(path), "--startup-timeout", "0", wait_ready=False) as server:
         status, body = server.http("/ready")
         assert status == 503 and f"{path}: {BROKEN_REASON}" in body, body
         doc = json.loads(server.http("/imports")[1])
@@ -164,7 +165,7 @@ def test_a_manifests_file_broken_at_start_is_named_by_ready_imports_and_the_log(
 def test_a_manifests_file_broken_while_running_is_listed_as_rejected(tmp_path: Path) -> None:
     path = tmp_path / "app.yaml"
     shutil.copy(ROOT / "mcsdns" / "examples" / "clusterset.yaml", path)
-    with Server("--manifests", str(path)) as server:
+    with McsdnsServer("--manifests", str(path)) as server:
         assert imports_cli(server).returncode == 0
         path.write_text(BROKEN)
         rejected = eventually(lambda: json.loads(server.http("/imports")[1])["rejected"], timeout=10)
@@ -177,7 +178,7 @@ def test_a_manifests_file_broken_while_running_is_listed_as_rejected(tmp_path: P
 
 
 def test_explain_says_a_short_name_is_outside_the_zone_and_which_name_is_meant() -> None:
-    with Server("--upstream", dead_port()) as server:
+    with McsdnsServer("--upstream", dead_port()) as server:
         proc = mcsdns("explain", "web.demo", "--server", f"http://127.0.0.1:{server.http_port}")
     assert proc.returncode == 0, proc.stderr
     first, reason = proc.stdout.splitlines()[:2]

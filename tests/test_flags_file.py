@@ -16,7 +16,7 @@ import pytest
 
 from mcsdns.cli import build_parser, config_from_args
 from mcsdns.flagsfile import resolve
-from testsupport.serverproc import ROOT, Server
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
 from testsupport.testbed import free_port
 
 
@@ -91,7 +91,7 @@ def test_a_server_started_from_a_flags_file_serves_its_flags(tmp_path: Path) -> 
     """The file's TTL and zone; the address given after it replaces the file's, which stays unbound."""
     file_port = free_port()
     path = write(tmp_path, f"--listen=127.0.0.1:{file_port}\n--ttl=42\n--zone=clusterset.local\n--upstream=none\n")
-    server = Server()
+    server = McsdnsServer()
     server.argv = [sys.executable, "-m", "mcsdns", "serve", "--flags-file", str(path),
                    f"--listen=127.0.0.1:{server.dns_port}", f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0"]
     with server:

@@ -21,7 +21,11 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from testsupport.serverproc import ROOT, eventually, free_port
+from testsupport.mcsdnsserver import ROOT
+
+from testsupport.polling import eventually
+
+from testsupport.testbed import free_port
 from upstreams import Fake, ForwardingServer, Knot, dead_port
 
 from mcsdns.config import Config

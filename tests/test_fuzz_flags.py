@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 
 @pytest.mark.parametrize(

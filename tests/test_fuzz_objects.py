@@ -29,9 +29,9 @@ from mcsdns.sources.manifests import ManifestSource
 from mcsdns.store import Store
 from testsupport.cases import MAIN, Z, check, make_query
 from testsupport.fuzz import ES, FUZZ_SEED, OBJECT_INPUTS, SI, SI_HEADLESS, _slice, build, fresh_table, fuzz_objects
-from testsupport.inprocess import build_table
+from testsupport.inprocess import ask, build_table
 from testsupport.objects import namespace
-from testsupport.serverproc import FIXTURES, Server
+from testsupport.mcsdnsserver import FIXTURES, McsdnsServer
 
 
 # =========================================================================== objects
@@ -93,7 +93,7 @@ def test_bad_objects_are_rejected_alone_and_counted(tmp_path):
         k: v for k, v in reference.table.answers.items() if not k.startswith(b"\x0aclusterset")
     }
     for c in MAIN:
-        check(c, dns.message.from_wire(served.handle(make_query(c).to_wire(), False)))
+        check(c, ask(served, make_query(c)))
     expected: dict[str, int] = {}
     for _, reason in BAD_OBJECTS:
         expected[reason] = expected.get(reason, 0) + 1
@@ -110,9 +110,9 @@ def test_huge_and_duplicate_lists_stay_bounded():
     store.apply(convert(_slice("huge", endpoints=endpoints)))
     took = time.monotonic() - started
     assert took < 10, f"compiling a 1000-endpoint slice took {took:.1f}s"
-    reply = dns.message.from_wire(resolver.handle(dns.message.make_query("fz.testns.svc." + Z, "A", use_edns=False).to_wire(), False))
+    reply = ask(resolver, dns.message.make_query("fz.testns.svc." + Z, "A", use_edns=False))
     assert reply.flags & dns.flags.TC and reply.answer
-    full = dns.message.from_wire(resolver.handle(dns.message.make_query("fz.testns.svc." + Z, "A").to_wire(), True))
+    full = ask(resolver, "fz.testns.svc." + Z, "A", tcp=True)
     assert sum(len(r) for r in full.answer) == 1000
     # Duplicates: the same address twice, two endpoints with one hostname, a port listed twice -> de-duplicated answers.
     dup = _slice("dup", endpoints=[{"addresses": ["10.5.5.5", "10.5.5.5"], "hostname": "same"},
@@ -120,9 +120,9 @@ def test_huge_and_duplicate_lists_stay_bounded():
                  ports=[{"name": "http", "protocol": "TCP", "port": 80}] * 3)  # fmt: skip
     store.delete("EndpointSlice", "testns", "huge")
     store.apply(convert(dup))
-    a = dns.message.from_wire(resolver.handle(dns.message.make_query("fz.testns.svc." + Z, "A").to_wire(), False))
+    a = ask(resolver, "fz.testns.svc." + Z, "A")
     assert sorted(rd.address for r in a.answer for rd in r) == ["10.5.5.5", "10.5.5.6"]
-    srv = dns.message.from_wire(resolver.handle(dns.message.make_query("fz.testns.svc." + Z, "SRV").to_wire(), False))
+    srv = ask(resolver, "fz.testns.svc." + Z, "SRV")
     assert [rd.target.to_text() for r in srv.answer for rd in r] == ["same.c1.fz.testns.svc." + Z]
     # Beyond what the API server itself accepts (1000 endpoints, 100 addresses each): rejected, not compiled.
     for too_big in (_slice("too-many", endpoints=endpoints + endpoints[:1]),
@@ -161,7 +161,7 @@ def test_a_63_byte_port_name_compiles():
         "multicluster.kubernetes.io/service-name": "fz2", "multicluster.kubernetes.io/source-cluster": "c1"}},
         ports=[{"name": long_name, "protocol": "UDP", "port": 53}])))  # fmt: skip
     for name in ("fz", "fz2"):
-        srv = dns.message.from_wire(resolver.handle(dns.message.make_query(f"{name}.testns.svc.{Z}", "SRV").to_wire(), False))
+        srv = ask(resolver, f"{name}.testns.svc.{Z}", "SRV")
         assert srv.rcode() == dns.rcode.NOERROR and srv.answer
 
 
@@ -177,9 +177,9 @@ def test_names_past_255_bytes_are_left_out():
         endpoints=[{"addresses": ["10.0.0.1"], "hostname": host}])))  # fmt: skip
     resolver = Resolver(table)
     name = f"{svc}.{ns}.svc.{Z}"
-    srv = dns.message.from_wire(resolver.handle(dns.message.make_query(name, "SRV").to_wire(), False))
+    srv = ask(resolver, name, "SRV")
     assert srv.rcode() == dns.rcode.NOERROR and not srv.answer and not srv.additional and srv.authority
-    a = dns.message.from_wire(resolver.handle(dns.message.make_query(name, "A").to_wire(), False))
+    a = ask(resolver, name, "A")
     assert [rd.address for r in a.answer for rd in r] == ["10.0.0.1"]
 
 
@@ -191,7 +191,7 @@ def test_a_manifest_that_never_parsed_keeps_the_server_unready(tmp_path):
     SERVFAIL instead of NXDOMAIN (decision 10), not a ready server with an empty zone. Fixed, it serves."""
     path = tmp_path / "app.yaml"
     path.write_text("apiVersion: v1\nkind: [unclosed\n")
-    with Server("--manifests", str(tmp_path), "--startup-timeout", "1s", "--upstream", "none", wait_ready=False) as s:
+    with McsdnsServer("--manifests", str(tmp_path), "--startup-timeout", "1s", "--upstream", "none", wait_ready=False) as s:
         status, reason = s.http("/ready")
         assert status == 503 and f"{path}: invalid YAML/JSON at line 3" in reason
         assert s.query("nothing.app.svc." + Z).rcode() == dns.rcode.SERVFAIL

@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
-from testsupport.serverproc import ROOT, Server, eventually
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
+
+from testsupport.polling import eventually
 from test_deploy import (  # noqa: F401  (kubectl is a fixture)
     BASE, EXPECTED_RULES, PRODUCTION, Kubectl, assert_no_warnings, cached_binary, install_servicemonitor_crd,
     kubectl, parse_flags, served_command,
@@ -207,7 +209,7 @@ def test_server_started_with_the_rendered_flags_answers(tmp_path: Path) -> None:
     (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
     flags_file = tmp_path / "flags"
     flags_file.write_text(objects["ConfigMap"]["data"]["flags"])  # as the pod reads it; later flags win
-    server = Server()
+    server = McsdnsServer()
     server.argv = served_command(container["command"], flags_file, f"--listen=127.0.0.1:{server.dns_port}",
                                  f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0")
     with server:

@@ -25,10 +25,11 @@ import pytest
 
 from test_transfer import EXAMPLE, ZONE, big_manifests, contents, ixfr, printed_zone, tcp_messages, transferred
 from testsupport.churn import Churn
-from testsupport.serverproc import ROOT, Server, eventually
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
+from testsupport.polling import eventually
 
 
-def addresses(server: Server, name: str) -> set[str] | None:
+def addresses(server: McsdnsServer, name: str) -> set[str] | None:
     """The A addresses of `name` (None: NXDOMAIN)."""
     reply = server.query(name, "A")
     if reply.rcode() == dns.rcode.NXDOMAIN:
@@ -36,7 +37,7 @@ def addresses(server: Server, name: str) -> set[str] | None:
     return {rd.address for rrset in reply.answer for rd in rrset}
 
 
-def serial(server: Server) -> int:
+def serial(server: McsdnsServer) -> int:
     return server.query(ZONE, "SOA").answer[0][0].serial
 
 
@@ -56,7 +57,7 @@ def ixfr_reply(port: int, from_serial: int) -> tuple[list[dns.rrset.RRset], int]
     return records, sum(2 + len(m) for m in messages)
 
 
-def change(server: Server, churn: Churn, timeout: float = 10) -> str:
+def change(server: McsdnsServer, churn: Churn, timeout: float = 10) -> str:
     """The churn's next step, reloaded by `server` (SIGHUP) and answered; returns the name it showed on."""
     name, expected = churn.step()
     server.signal(signal.SIGHUP)
@@ -81,7 +82,7 @@ def newer(a: int, b: int) -> bool:
 
 def test_ixfr_brings_a_copy_through_creates_updates_and_deletes_exactly(tmp_path: Path) -> None:
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
+    with McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
         copy, behind = transferred(server.dns_port), transferred(server.dns_port)
         serials = [copy.get_soa().serial]
         for _ in range(12):
@@ -114,7 +115,7 @@ def test_serials_the_journal_has_not_got_fall_back_to_the_whole_zone_by_reason(t
     """future (newer than ours), purged (ours, but the journal, 1 byte here, kept nothing), unknown (before
     this process's start): each the whole zone, which dnspython's client takes as a full transfer."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+    with McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--ixfr-journal-bytes", "1") as server:
         first = serial(server)
         change(server, churn)
@@ -142,7 +143,7 @@ def test_the_ixfr_for_one_endpoint_is_the_same_size_at_10_and_1000_imports(tmp_p
     sizes = {}
     for services in (10, 1000):
         churn = Churn(tmp_path / f"{services}.yaml", big_manifests(tmp_path, services).read_text())
-        with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
+        with McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
             churn.step()  # c0 created
             name = change(server, churn, timeout=20)  # h0 created with two endpoints
             before = serial(server)
@@ -165,7 +166,7 @@ def test_a_restart_never_lowers_the_serial(tmp_path: Path) -> None:
     """Decision 9: the serial is the Unix time in ms of the last change, so a process started after another
     stopped begins above the last serial it gave out, even after a burst of changes."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1")
+    server = McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1")
     seen = []
     for _ in range(3):
         with server:
@@ -181,7 +182,8 @@ def test_a_change_after_a_quiet_month_still_reads_as_newer() -> None:
     value would be a step RFC 1982 reads as older, and secondaries would keep the old zone. Each step
     stays below 2**31, and the clock is caught up over the next changes."""
     from mcsdns.store import Store
-    from mcsdns.zone.table import Table, TableConfig, clock_serial
+    from mcsdns.zone.serial import clock_serial
+    from mcsdns.zone.table import Table, TableConfig
 
     table = Table(TableConfig((ZONE.rstrip("."),), 5, None, ("127.0.0.1",)), Store())
     month_ago = clock_serial() - 30 * 86400 * 1000
@@ -198,7 +200,7 @@ def test_a_change_after_a_quiet_month_still_reads_as_newer() -> None:
 def test_changes_older_than_the_journal_age_are_purged(tmp_path: Path) -> None:
     """--ixfr-journal-age 1s: a change is served by IXFR at once, by the whole zone (`purged`) once older."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+    with McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--ixfr-journal-age", "1s") as server:
         first = serial(server)
         change(server, churn)
@@ -235,7 +237,7 @@ def test_each_served_zone_gets_its_own_names_in_the_ixfr(tmp_path: Path) -> None
     """Two forward zones share one journal: an IXFR of each brings a copy of that zone to its AXFR."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
     zones = ("clusterset.local.", "mc.example.")
-    with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+    with McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--zone", "clusterset.local", "--zone", "mc.example") as server:
 
         def whole(origin: str) -> dns.zone.Zone:
@@ -267,7 +269,7 @@ def test_with_dns_sd_transfers_hold_the_browsing_names_and_ixfr_follows_them(wor
     service offering `_http._tcp`, go with it), so a copy kept by IXFR alone lists what mcsdns lists. With
     --workers 2 each worker's journal takes the same browsing records from the supervisor's changes."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    with Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+    with McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--dns-sd", "--workers", str(workers)) as server:
         copy = transferred(server.dns_port)
         assert contents(copy) == contents(printed_zone(churn.path, "--dns-sd"))

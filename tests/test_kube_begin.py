@@ -22,8 +22,8 @@ from mcsdns.metrics import Metrics
 from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.kubeapi import KubeConfigError
-from mcsdns.sources.watching import Listed
-from testsupport.inprocess import build_table
+from mcsdns.sources.events import Listed
+from testsupport.inprocess import ask, build_table
 from testsupport.testbed import Testbed
 
 Z = "clusterset.local"
@@ -31,7 +31,7 @@ Z = "clusterset.local"
 
 def addresses(resolver: Resolver, name: str, namespace: str) -> tuple[str, list[str]]:
     query = dns.message.make_query(f"{name}.{namespace}.svc.{Z}", "A")
-    reply = dns.message.from_wire(resolver.handle(query.to_wire()))
+    reply = ask(resolver, query)
     return dns.rcode.to_text(reply.rcode()), sorted(rd.to_text() for rrset in reply.answer for rd in rrset)
 
 

@@ -30,7 +30,7 @@ from kube_server import KubeServer, a, ensure_crd, fqdn, service_import
 from test_kube_incluster import deployed_rbac, secrets, valid_token  # noqa: F401 - fixtures
 from mcsdns.sources import kubeconfig
 from mcsdns.sources.kubeapi import ApiConnection, KubeConfigError, Unauthorized, Unreachable, load_configuration
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 from testsupport.testbed import CertificateAuthority, Testbed
 
 

@@ -14,7 +14,7 @@ from testsupport.cases import MAIN, Z
 from compat.harness import load, unload
 from inspection import assert_explain_agrees, explain, imports
 from kube_server import ES_API, MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
-from testsupport.serverproc import FIXTURES
+from testsupport.mcsdnsserver import FIXTURES
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube

@@ -46,7 +46,7 @@ from pathlib import Path
 import pytest
 
 from kube_server import KubeServer, a, ensure_crd, eventually, fqdn, service_import
-from testsupport.serverproc import ROOT, Server, mcsdns_command
+from testsupport.mcsdnsserver import ROOT, McsdnsServer, mcsdns_command
 from test_deploy import DEPLOY, NAME, NAMESPACE, Kubectl, cached_binary
 from testsupport.testbed import Testbed
 
@@ -237,7 +237,7 @@ class PodServer(KubeServer):
     """`mcsdns serve` with no --kubeconfig, in a private mount namespace holding the service account."""
 
     def __init__(self, testbed: Testbed, volume: ServiceAccountVolume, log_path: Path, *extra: str) -> None:
-        Server.__init__(self, "--startup-timeout", "30s", "--log-level", "INFO", *extra, wait_ready=False)
+        McsdnsServer.__init__(self, "--startup-timeout", "30s", "--log-level", "INFO", *extra, wait_ready=False)
         self.requested_log = log_path
         self.volume = volume
         self.api_port = testbed.apiserver_port

@@ -21,7 +21,7 @@ import yaml
 
 from kube_server import CLUSTER_ROLE_RULES, ES_API, MCS, KubeServer, a, endpoint_slice, ensure_crd, eventually, fqdn, service_import
 from test_deploy import with_component
-from testsupport.serverproc import FIXTURES
+from testsupport.mcsdnsserver import FIXTURES
 from testsupport.testbed import ApiError, Testbed
 
 pytestmark = pytest.mark.kube
@@ -134,6 +134,14 @@ def test_local_cluster_auto_follows_the_cluster_property(testbed: Testbed, fresh
         assert server.shutdown() < 3.0
 
 
+def _about_gone(testbed: Testbed) -> bool:
+    try:
+        testbed.api.request("GET", f"/apis/{ABOUT}")
+    except ApiError as err:
+        return err.status == 404
+    return False
+
+
 def test_local_cluster_auto_without_the_crd_serves_unordered(testbed: Testbed, fresh_namespace: str,
                                                              tmp_path: Path) -> None:
     """No ClusterProperty CRD: ready all the same (the sets are the same), the reason logged once."""
@@ -152,14 +160,6 @@ def test_local_cluster_auto_without_the_crd_serves_unordered(testbed: Testbed, f
         assert priorities(server, fqdn("db", ns)) == {"west": 0}
         eventually(lambda: "ClusterProperty: cannot list" in server.log(), 10)
         assert "answers are not ordered by locality until it can" in server.log()
-
-
-def _about_gone(testbed: Testbed) -> bool:
-    try:
-        testbed.api.request("GET", f"/apis/{ABOUT}")
-    except ApiError as err:
-        return err.status == 404
-    return False
 
 
 def ptr(server: KubeServer, ip: str) -> tuple[str, list[str]]:

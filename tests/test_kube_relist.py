@@ -25,10 +25,11 @@ from mcsdns.metrics import Metrics
 from mcsdns.objects import Address, EndpointSlice, Namespace, Port, ServiceImport
 from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.kube import KubeSettings, KubeSource
-from mcsdns.sources.watching import PAGE_SIZE, Listed, ListedPage, Problem, Upserted
+from mcsdns.sources.events import Listed, ListedPage, Problem, Upserted
+from mcsdns.sources.watching import PAGE_SIZE
 from mcsdns.store import Store
 from mcsdns.zone.table import Table
-from testsupport.inprocess import build_table
+from testsupport.inprocess import ask, build_table
 from testsupport.testbed import Testbed
 
 Z = "clusterset.local"
@@ -44,7 +45,7 @@ def imp(name: str, ip: str) -> ServiceImport:
 
 
 def answer(resolver: Resolver, name: str) -> tuple[str, list[str]]:
-    reply = dns.message.from_wire(resolver.handle(dns.message.make_query(f"{name}.ns.svc.{Z}", "A").to_wire()))
+    reply = ask(resolver, f"{name}.ns.svc.{Z}", "A")
     return dns.rcode.to_text(reply.rcode()), sorted(rd.to_text() for rrset in reply.answer for rd in rrset)
 
 

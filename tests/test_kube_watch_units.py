@@ -25,8 +25,7 @@ from kubernetes.client import Configuration
 from mcsdns.objects import ServiceImport
 from mcsdns.sources import kubeapi, watching
 from mcsdns.sources.kube import KubeSettings, KubeSource, SourceCrashed
-from mcsdns.sources.watching import (
-    Backoff,
+from mcsdns.sources.events import (
     Bookmark,
     Deleted,
     Expired,
@@ -36,10 +35,9 @@ from mcsdns.sources.watching import (
     Rejected,
     Upserted,
     UsingVersion,
-    Watcher,
     Watching,
-    resources,
 )
+from mcsdns.sources.watching import Backoff, Watcher, resources
 from mcsdns.store import Store
 
 MCS = "multicluster.x-k8s.io"
@@ -626,15 +624,6 @@ def test_a_relist_never_reuses_an_idle_pooled_connection() -> None:
         assert len(api._sockets) > idle_before
 
 
-def test_a_streamed_list_silent_before_its_end_is_given_up_after_the_list_timeout() -> None:
-    """A stall during the initial events heals as fast as a stalled page: cut after `list_timeout` of
-    silence (not at the stream's timeoutSeconds), and the next list is allowed twice as long."""
-    with StallingApi() as api:
-        api.events = [{"type": "ADDED", "object": {"metadata": {"name": "ns2", "resourceVersion": "2"}}}]
-        _given_up_after_the_list_timeout(api)
-        assert "sendInitialEvents=true" in api.requests[0] and "timeoutSeconds=" in api.requests[0]
-
-
 def _given_up_after_the_list_timeout(api: "StallingApi") -> None:
     """A streamed list from `api` with a 0.5 s list timeout: cut after it, and the next allowed twice as long."""
     watcher = Watcher(api.connection(), NS, threading.Event(), stream_slack=0.5, watch_list=True)
@@ -644,6 +633,15 @@ def _given_up_after_the_list_timeout(api: "StallingApi") -> None:
         list(watcher.stream_list(NS.path("v1")))
     assert 0.45 <= time.monotonic() - started < 1.5
     assert watcher.list_timeout == 1.0 and watcher.watch_list
+
+
+def test_a_streamed_list_silent_before_its_end_is_given_up_after_the_list_timeout() -> None:
+    """A stall during the initial events heals as fast as a stalled page: cut after `list_timeout` of
+    silence (not at the stream's timeoutSeconds), and the next list is allowed twice as long."""
+    with StallingApi() as api:
+        api.events = [{"type": "ADDED", "object": {"metadata": {"name": "ns2", "resourceVersion": "2"}}}]
+        _given_up_after_the_list_timeout(api)
+        assert "sendInitialEvents=true" in api.requests[0] and "timeoutSeconds=" in api.requests[0]
 
 
 def test_after_its_end_a_streamed_list_is_held_to_the_watch_rules() -> None:

@@ -31,9 +31,10 @@ from mcsdns.serve.resolve import Resolver
 from mcsdns.sources import watching
 from mcsdns.sources.kube import KubeSettings, KubeSource
 from mcsdns.sources.kubeapi import ApiConnection, load_configuration
-from mcsdns.sources.watching import Listed, ListedPage, Watcher, resources
+from mcsdns.sources.events import Listed, ListedPage
+from mcsdns.sources.watching import Watcher, resources
 from mcsdns.store import Store
-from testsupport.inprocess import build_table
+from testsupport.inprocess import ask, build_table
 from testsupport.testbed import Testbed
 
 pytestmark = pytest.mark.kube
@@ -61,7 +62,7 @@ def pipeline() -> tuple[KubeSource, Store, Resolver]:
 
 
 def answer(resolver: Resolver, name: str, ns: str) -> tuple[str, list[str]]:
-    reply = dns.message.from_wire(resolver.handle(dns.message.make_query(f"{name}.{ns}.svc.{Z}", "A").to_wire()))
+    reply = ask(resolver, f"{name}.{ns}.svc.{Z}", "A")
     return dns.rcode.to_text(reply.rcode()), sorted(rd.to_text() for rrset in reply.answer for rd in rrset)
 
 
@@ -231,7 +232,7 @@ def test_an_api_server_without_streaming_lists_is_listed_in_pages(testbin: Path,
             after = lists_served(bed)
             assert all(after[r] > before[r] for r in LISTED), (before, after)
             log = server.log()
-            for kind in ("Namespace", "ServiceImport", "EndpointSlice"):  # refused once, then plain lists for good
+            for kind in ("Namespace", "ServiceImport", "EndpointSlice"):  # refused once, then list requests for good
                 chosen = [line for line in log.splitlines() if f"{kind}: listing by " in line]
                 assert len(chosen) == 1 and "the API server does not stream lists" in chosen[0], log
             assert "WatchList feature gate" in log  # the API server's reason, as it gave it

@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import socket
-import struct
 import time
 
 import dns.flags
@@ -23,7 +22,10 @@ import dns.query
 import dns.rcode
 import dns.rrset
 
-from testsupport.serverproc import ROOT, eventually
+from testsupport.framing import FrameReader, frame
+from testsupport.mcsdnsserver import ROOT
+
+from testsupport.polling import eventually
 from upstreams import Fake, ForwardingServer
 
 from mcsdns.serve.querylog import QueryLog, RateLimitedLog, format_line
@@ -62,11 +64,10 @@ def test_an_open_tcp_query_finishes_during_shutdown():
     with Fake(delay=0.8) as slow, ForwardingServer("--upstream", slow.addr) as s:
         with socket.create_connection(s.addr, timeout=5) as conn:
             wire = dns.message.make_query("slow.example.org.", "A").to_wire()
-            conn.sendall(struct.pack(">H", len(wire)) + wire)
+            conn.sendall(frame(wire))
             eventually(lambda: slow.queries)  # it is upstream now
             s.signal(signal.SIGTERM)  # lameduck 0: listeners close at once, in-flight queries drain
-            (length,) = struct.unpack(">H", conn.recv(2, socket.MSG_WAITALL))
-            reply = dns.message.from_wire(conn.recv(length, socket.MSG_WAITALL))
+            reply = dns.message.from_wire(FrameReader(conn).expect())
         assert reply.rcode() == dns.rcode.NOERROR and reply.answer[0][0].address == "198.51.100.7"
         assert exit_code(s, timeout=10) == 0
 

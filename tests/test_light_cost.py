@@ -94,6 +94,15 @@ def test_the_history_quotes_the_first_stored_run() -> None:
     assert markdown(stored) in (ROOT / "benchmarks" / "results" / "HISTORY.md").read_text()
 
 
+def _unserial(rrset) -> list:
+    """An authority RRset's records as text, a SOA's serial (its third field) left out."""
+    out = []
+    for record in rrset:
+        fields = record.to_text().split()
+        out.append((rrset.name, rrset.ttl, record.rdtype, fields[:2] + fields[3:] if record.rdtype == 6 else fields))
+    return out
+
+
 def test_the_floor_answers_what_mcsdns_resolver_answers(tmp_path: Path, benchmark_tools: None) -> None:
     """benchmarks/floor.py serves the data set from mcsdns's own Resolver: over real packets, each
     reply is the in-process resolver's for the same packet (its ID aside), hits and misses alike."""
@@ -103,7 +112,7 @@ def test_the_floor_answers_what_mcsdns_resolver_answers(tmp_path: Path, benchmar
 
     from benchmarks import dataset
     from benchmarks.servers import Floor
-    from testsupport.inprocess import build_resolver
+    from testsupport.inprocess import ask, build_resolver
 
     spec = dataset.Spec(imports=20, headless=(2, 3))
     manifests = dataset.write_manifests(spec, tmp_path / "objects.json")
@@ -115,7 +124,7 @@ def test_the_floor_answers_what_mcsdns_resolver_answers(tmp_path: Path, benchmar
         for qname, qtype in ((name, "A"), (name, "A"), (name, "SRV"), ("nope." + name, "A"), ("NOPE." + name.upper(), "AAAA")):
             query = dns.message.make_query(qname, qtype)
             got = dns.query.udp(query, "127.0.0.1", port=floor.port, timeout=5)
-            want = dns.message.from_wire(resolver.handle(query.to_wire()))
+            want = ask(resolver, query)
             # The same reply, but for the SOA serial (each table numbers its own zone from its build time).
             assert (got.flags, got.rcode(), got.question, got.answer, got.additional) == \
                    (want.flags, want.rcode(), want.question, want.answer, want.additional), (qname, qtype, got, want)
@@ -123,15 +132,6 @@ def test_the_floor_answers_what_mcsdns_resolver_answers(tmp_path: Path, benchmar
         assert dns.rcode.to_text(got.rcode()) == "NXDOMAIN" and got.authority  # (the misses are real misses)
     finally:
         floor.stop()
-
-
-def _unserial(rrset) -> list:
-    """An authority RRset's records as text, a SOA's serial (its third field) left out."""
-    out = []
-    for record in rrset:
-        fields = record.to_text().split()
-        out.append((rrset.name, rrset.ttl, record.rdtype, fields[:2] + fields[3:] if record.rdtype == 6 else fields))
-    return out
 
 
 @pytest.mark.slow

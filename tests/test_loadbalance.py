@@ -23,10 +23,11 @@ import pytest
 import yaml
 
 from testsupport.cases import MAIN, Z
-from mcsdns.serve.resolve import Resolver, RoundRobinResolver
+from mcsdns.serve.loadbalance import RoundRobinResolver
+from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import build_table
 from testsupport.objects import headless_service
-from testsupport.serverproc import FIXTURES, ROOT, Server, ask, exchange, order
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer, ask, exchange, order
 
 POOL_V4 = [f"10.30.0.{i}" for i in range(1, 6)]
 POOL_V6 = ["fd00:30::1", "fd00:30::2", "fd00:30::3"]
@@ -60,14 +61,14 @@ def manifests(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def balanced(manifests):
-    with Server("--manifests", str(manifests), "--loadbalance", "round_robin", "--ns-address", "127.0.0.1",
+    with McsdnsServer("--manifests", str(manifests), "--loadbalance", "round_robin", "--ns-address", "127.0.0.1",
                 "--ns-address", "127.0.0.2", "--ns-address", "127.0.0.3") as s:  # fmt: skip
         yield s
 
 
 @pytest.fixture(scope="module")
 def stable(manifests):
-    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--ns-address", "127.0.0.2",
+    with McsdnsServer("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--ns-address", "127.0.0.2",
                 "--ns-address", "127.0.0.3") as s:  # fmt: skip
         yield s
 

@@ -21,8 +21,9 @@ import yaml
 
 from testsupport.cases import Z
 from testsupport.objects import endpoint, endpoint_slice, service_import
-from testsupport.serverproc import Server, ask, eventually, exchange, order
-from testsupport.serverproc import record_sets as unordered
+from testsupport.mcsdnsserver import McsdnsServer, ask, exchange, order
+from testsupport.polling import eventually
+from testsupport.mcsdnsserver import record_sets as unordered
 
 NS = "loc"
 HTTP = [{"name": "http", "protocol": "TCP", "port": 80}]
@@ -96,19 +97,19 @@ def manifests(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def plain(manifests):
-    with Server("--manifests", str(manifests)) as s:
+    with McsdnsServer("--manifests", str(manifests)) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def west(manifests):
-    with Server("--manifests", str(manifests), "--local-cluster", "west") as s:
+    with McsdnsServer("--manifests", str(manifests), "--local-cluster", "west") as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def west_rr(manifests):
-    with Server("--manifests", str(manifests), "--local-cluster", "west", "--loadbalance", "round_robin") as s:
+    with McsdnsServer("--manifests", str(manifests), "--local-cluster", "west", "--loadbalance", "round_robin") as s:
         yield s
 
 
@@ -116,7 +117,7 @@ def srv(reply: dns.message.Message) -> list[tuple[int, int, int, str]]:
     return [(rd.priority, rd.weight, rd.port, rd.target.to_text()) for rrset in reply.answer for rd in rrset]
 
 
-def exact(server: Server, wire: bytes, tcp: bool = False) -> bytes:
+def exact(server: McsdnsServer, wire: bytes, tcp: bool = False) -> bytes:
     """The reply's bytes as sent, the SOA serial (if any) zeroed."""
     data = exchange(server, wire, tcp)
     msg = dns.message.from_wire(data)
@@ -148,7 +149,7 @@ def test_local_addresses_lead_the_same_set(plain, west, service, qtype, how):
 
 def test_three_clusters_local_first_whatever_the_id_case(manifests, plain):
     name = f"three.{NS}.svc.{Z}"
-    with Server("--manifests", str(manifests), "--local-cluster", "North") as north:
+    with McsdnsServer("--manifests", str(manifests), "--local-cluster", "North") as north:
         got = ask(north, name, "A")
         assert unordered(got) == unordered(ask(plain, name, "A"))
         assert set(order(got)[:3]) == local_ips("three", "north")
@@ -262,7 +263,7 @@ def test_auto_follows_the_cluster_property_in_the_manifests(tmp_path, plain):
     name = f"two.{NS}.svc.{Z}"
     path = tmp_path / "loc.yaml"
     path.write_text(yaml.safe_dump_all(documents() + [cluster_property("east")]))
-    with Server("--manifests", str(path), "--local-cluster", "auto") as auto:
+    with McsdnsServer("--manifests", str(path), "--local-cluster", "auto") as auto:
         reference = unordered(ask(plain, name, "A"))
         first = ask(auto, name, "A")
         assert unordered(first) == reference
@@ -287,7 +288,7 @@ def test_bad_local_cluster_exits_2_naming_the_flag(value):
     import subprocess
     import sys
 
-    from testsupport.serverproc import ROOT
+    from testsupport.mcsdnsserver import ROOT
 
     proc = subprocess.run([sys.executable, "-m", "mcsdns", "serve", f"--local-cluster={value}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)

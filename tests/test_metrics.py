@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from testsupport.serverproc import ROOT, Server
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
 from upstreams import ForwardingServer, Knot
 
 from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SCRATCH, SIZE_BUCKETS, Metrics, Views
@@ -219,7 +219,7 @@ def test_seconds_since_last_sync_is_exported_for_manifests(traffic):
 def test_a_broken_manifest_edit_lets_seconds_since_last_sync_grow(tmp_path):
     manifests = tmp_path / "clusterset.yaml"
     manifests.write_text((ROOT / "mcsdns/examples/clusterset.yaml").read_text())
-    with Server("--manifests", str(manifests)) as s:
+    with McsdnsServer("--manifests", str(manifests)) as s:
         assert value(scrape(s), "mcsdns_seconds_since_last_sync") < 2.5
         manifests.write_text("kind: [unclosed\n")  # the last good state stays in service
         time.sleep(4)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 MONITORING = ROOT / "deploy" / "monitoring"
 DASHBOARD = MONITORING / "mcsdns-dashboard.json"

@@ -21,7 +21,9 @@ import dns.opcode
 import dns.rdatatype
 import dns.tsig
 
-from testsupport.serverproc import ROOT, Server, eventually, mcsdns_command
+from testsupport.mcsdnsserver import ROOT, McsdnsServer, mcsdns_command
+
+from testsupport.polling import eventually
 
 ZONE = "clusterset.local."
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
@@ -48,20 +50,20 @@ def receive(sock: socket.socket, until: float) -> list[tuple[float, dns.message.
     return out
 
 
-def change(manifests: Path, server: Server, step: int) -> None:
+def change(manifests: Path, server: McsdnsServer, step: int) -> None:
     manifests.write_text(EXAMPLE.read_text().replace("10.96.10.10", f"10.96.10.{10 + step}"))
     server.signal(signal.SIGHUP)
 
 
-def serial_of(server: Server) -> int:
+def serial_of(server: McsdnsServer) -> int:
     return server.query(ZONE, "SOA").answer[0][0].serial
 
 
-def setup(tmp_path: Path, sock: socket.socket) -> tuple[Server, Path]:
+def setup(tmp_path: Path, sock: socket.socket) -> tuple[McsdnsServer, Path]:
     (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
     manifests = tmp_path / "m.yaml"
     manifests.write_text(EXAMPLE.read_text())
-    server = Server("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--tsig-key-file",
+    server = McsdnsServer("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--tsig-key-file",
                     str(tmp_path / "key"), "--notify", f"127.0.0.1:{sock.getsockname()[1]}")
     return server, manifests
 
@@ -150,7 +152,7 @@ def test_a_host_name_is_resolved_at_each_change_and_every_address_notified(tmp_p
     port = socks[0].getsockname()[1]
     manifests = tmp_path / "m.yaml"
     manifests.write_text(EXAMPLE.read_text())
-    server = Server("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--notify", f"secondaries.test:{port}",
+    server = McsdnsServer("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--notify", f"secondaries.test:{port}",
                     "--notify", f"nowhere.invalid:{port}")
     server.argv = ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf '
                    '&& shift && exec "$@"', str(hosts), str(resolv),

@@ -14,7 +14,7 @@ import yaml
 from mcsdns.cli import build_parser, config_from_args
 from mcsdns.config import Config
 from mcsdns.options import SERVE_OPTIONS, flags_reference, helm_values_reference, readme_table
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 
 def serve(*flags: str) -> Config:

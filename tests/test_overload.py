@@ -1,6 +1,6 @@
 """Overload and abuse over real sockets: TCP limits (RFC 7766), UDP floods, a dead upstream, amplification.
 
-Each test starts the real `mcsdns serve` (serverproc.Server) with the flags it
+Each test starts the real `mcsdns serve` (mcsdnsserver.McsdnsServer) with the flags it
 exercises. Timing bounds are generous: the machine running CI may have two busy
 cores, so a bound says "within the configured timeout plus seconds of slack",
 never "within milliseconds". The figures each test measures are printed (-s).
@@ -28,8 +28,9 @@ import pytest
 import yaml
 
 from testsupport.cases import MAIN, Z, check, make_query
+from testsupport.framing import frame, read_frames
 from testsupport.objects import headless_service
-from testsupport.serverproc import FIXTURES, ROOT, Server
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
 from upstreams import Fake, ForwardingServer
 
 pytestmark = pytest.mark.slow  # floods and thousands of connections: minutes (the fast tier leaves it out)
@@ -46,28 +47,8 @@ def manifests(tmp_path_factory) -> Path:
     return directory
 
 
-def serve(manifests: Path, *flags: str) -> Server:
-    return Server("--manifests", str(manifests), "--namespaces", "testns", "--upstream", "none", *flags)
-
-
-def frame(msg: dns.message.Message | bytes) -> bytes:
-    wire = msg if isinstance(msg, bytes) else msg.to_wire()
-    return struct.pack(">H", len(wire)) + wire
-
-
-def read_frames(sock: socket.socket, n: int, timeout: float = 5.0) -> list[dns.message.Message]:
-    sock.settimeout(timeout)
-    out, buf = [], b""
-    while len(out) < n:
-        chunk = sock.recv(65535)
-        if not chunk:
-            break
-        buf += chunk
-        while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
-            length = struct.unpack(">H", buf[:2])[0]
-            out.append(dns.message.from_wire(buf[2 : 2 + length]))
-            buf = buf[2 + length :]
-    return out
+def serve(manifests: Path, *flags: str) -> McsdnsServer:
+    return McsdnsServer("--manifests", str(manifests), "--namespaces", "testns", "--upstream", "none", *flags)
 
 
 def closed_within(sock: socket.socket, timeout: float) -> float | None:
@@ -85,7 +66,7 @@ def closed_within(sock: socket.socket, timeout: float) -> float | None:
     return None
 
 
-def tcp_answer(server: Server, c=MAIN[0], timeout: float = 3.0) -> None:
+def tcp_answer(server: McsdnsServer, c=MAIN[0], timeout: float = 3.0) -> None:
     check(c, dns.query.tcp(make_query(c), "127.0.0.1", port=server.dns_port, timeout=timeout))
 
 
@@ -96,7 +77,7 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def metric(server: Server, name: str, **labels: str) -> float:
+def metric(server: McsdnsServer, name: str, **labels: str) -> float:
     """Sum of the samples of `name` whose labels include `labels`."""
     _, text = server.http("/metrics")
     total = 0.0
@@ -114,7 +95,7 @@ def metric(server: Server, name: str, **labels: str) -> float:
 def ask(sock: socket.socket, c=MAIN[0]) -> None:
     """One query on an open connection, its answer checked."""
     sock.sendall(frame(make_query(c)))
-    check(c, read_frames(sock, 1)[0])
+    check(c, read_frames(sock, 1, timeout=5.0)[0])
 
 
 def test_a_full_table_makes_room_for_a_new_connection(manifests):
@@ -288,7 +269,7 @@ def test_idle_stalled_and_trickling_connections_are_closed(manifests):
         busy_answers = 0
         for _ in range(6):  # a query every 0.5 s for 3 s: never idle for `idle`
             busy.sendall(frame(make_query(MAIN[0])))
-            busy_answers += len(read_frames(busy, 1))
+            busy_answers += len(read_frames(busy, 1, timeout=5.0, closed_ok=True))
             time.sleep(0.5)
         for t in watchers:
             t.join(idle + 8)
@@ -299,7 +280,7 @@ def test_idle_stalled_and_trickling_connections_are_closed(manifests):
             assert idle * 0.8 <= took < idle + 3 + (1 if name == "trickle" else 0), f"{name} closed after {took:.2f}s"
         assert busy_answers == 6
         busy.sendall(frame(make_query(MAIN[1])))
-        check(MAIN[1], read_frames(busy, 1)[0])
+        check(MAIN[1], read_frames(busy, 1, timeout=5.0)[0])
         for sock in [*socks.values(), trickle, busy]:
             sock.close()
 
@@ -349,7 +330,7 @@ def test_per_connection_query_limit(manifests):
         queries = [make_query(c) for c in MAIN[:5]]
         with socket.create_connection(s.addr, timeout=3) as sock:
             sock.sendall(b"".join(frame(q) for q in queries))
-            replies = read_frames(sock, 5, timeout=5)
+            replies = read_frames(sock, 5, timeout=5, closed_ok=True)
             assert closed_within(sock, 5) is not None
         assert sorted(r.id for r in replies) == sorted(q.id for q in queries[:3])
         for r in replies:

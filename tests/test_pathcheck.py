@@ -22,7 +22,8 @@ import dns.query
 import pytest
 
 from inspection import get_json
-from testsupport.serverproc import FIXTURES, ROOT, Server, eventually
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
+from testsupport.polling import eventually
 from testsupport.testbed import Process, free_port, stop_popen
 from compat.coredns import find_coredns
 
@@ -40,8 +41,8 @@ a.root-servers.net. IN A 198.41.0.4
 
 
 @pytest.fixture(scope="module")
-def mcsdns() -> Iterator[Server]:
-    with Server("--manifests", str(FIXTURES / "contract.yaml"), "--namespaces", "testns") as s:
+def mcsdns() -> Iterator[McsdnsServer]:
+    with McsdnsServer("--manifests", str(FIXTURES / "contract.yaml"), "--namespaces", "testns") as s:
         yield s
 
 
@@ -77,7 +78,7 @@ def root_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def cluster_dns(tmp_path_factory: pytest.TempPathFactory, mcsdns: Server, root_server: int) -> Iterator[dict]:
+def cluster_dns(tmp_path_factory: pytest.TempPathFactory, mcsdns: McsdnsServer, root_server: int) -> Iterator[dict]:
     """One real CoreDNS, one port per shape of the cluster DNS; plus a port where nothing listens."""
     d = tmp_path_factory.mktemp("coredns")
     ports = {"stub": free_port(), "no_stub": free_port(), "wrong_stub": free_port(), "dead": free_port()}
@@ -108,13 +109,13 @@ def cluster_dns(tmp_path_factory: pytest.TempPathFactory, mcsdns: Server, root_s
         proc.stop()
 
 
-def explain_via(server: Server, name: str, via: str, qtype: str = "A") -> dict:
+def explain_via(server: McsdnsServer, name: str, via: str, qtype: str = "A") -> dict:
     status, doc = get_json(server, f"/explain?name={name}&type={qtype}&via={via}")
     assert status == 200, doc
     return doc
 
 
-def test_the_documented_stub_zone_reaches_mcsdns(mcsdns: Server, cluster_dns: dict) -> None:
+def test_the_documented_stub_zone_reaches_mcsdns(mcsdns: McsdnsServer, cluster_dns: dict) -> None:
     doc = explain_via(mcsdns, WEB, f"127.0.0.1:{cluster_dns['stub']}")
     assert doc["rcode"] == "NOERROR" and doc["via"]["rcode"] == "NOERROR", doc
     assert doc["via"]["answer"] == ["a 10.0.0.1"] and doc["via"]["verdict"] == "same", doc
@@ -125,7 +126,7 @@ def test_the_documented_stub_zone_reaches_mcsdns(mcsdns: Server, cluster_dns: di
     assert nx["via"]["soa"] == f"{Z}. SOA ns.dns.{Z}. hostmaster.{Z}.", nx
 
 
-def test_no_stub_zone_is_named_with_its_fix(mcsdns: Server, cluster_dns: dict) -> None:
+def test_no_stub_zone_is_named_with_its_fix(mcsdns: McsdnsServer, cluster_dns: dict) -> None:
     """CoreDNS sends the zone to its upstream, which says NXDOMAIN with the root's SOA."""
     for name in (WEB, NONE):
         via = explain_via(mcsdns, name, f"127.0.0.1:{cluster_dns['no_stub']}")["via"]
@@ -134,19 +135,19 @@ def test_no_stub_zone_is_named_with_its_fix(mcsdns: Server, cluster_dns: dict) -
         assert "the SOA of . (a.root-servers.net.), not mcsdns's ns.dns.clusterset.local." in via["reason"], via
 
 
-def test_a_stub_zone_with_a_wrong_address_is_named_with_its_fix(mcsdns: Server, cluster_dns: dict) -> None:
+def test_a_stub_zone_with_a_wrong_address_is_named_with_its_fix(mcsdns: McsdnsServer, cluster_dns: dict) -> None:
     via = explain_via(mcsdns, WEB, f"127.0.0.1:{cluster_dns['wrong_stub']}")["via"]
     assert via["rcode"] == "SERVFAIL" and via["verdict"] == "not_forwarded", via
     assert FIX in via["reason"] and "the mcsdns Service's ClusterIP" in via["reason"], via
 
 
-def test_a_dns_server_that_does_not_answer(mcsdns: Server, cluster_dns: dict) -> None:
+def test_a_dns_server_that_does_not_answer(mcsdns: McsdnsServer, cluster_dns: dict) -> None:
     via = explain_via(mcsdns, WEB, f"127.0.0.1:{cluster_dns['dead']}")["via"]
     assert via["rcode"] is None and via["verdict"] == "not_forwarded" and FIX in via["reason"], via
     assert "It gave no answer (" in via["reason"], via
 
 
-def test_via_is_only_asked_for_names_in_the_zone_and_bad_values_are_refused(mcsdns: Server, cluster_dns: dict) -> None:
+def test_via_is_only_asked_for_names_in_the_zone_and_bad_values_are_refused(mcsdns: McsdnsServer, cluster_dns: dict) -> None:
     assert "via" not in explain_via(mcsdns, "example.org", f"127.0.0.1:{cluster_dns['stub']}")
     assert "via" not in explain_via(mcsdns, WEB, "none")
     for bad in ("example.org", "127.0.0.1:99999", "127.0.0.1:0", "[::1"):
@@ -154,7 +155,7 @@ def test_via_is_only_asked_for_names_in_the_zone_and_bad_values_are_refused(mcsd
         assert status == 400 and "via" in doc["error"], (bad, doc)
 
 
-def test_cli_says_what_the_cluster_dns_answers_and_the_fix(mcsdns: Server, cluster_dns: dict) -> None:
+def test_cli_says_what_the_cluster_dns_answers_and_the_fix(mcsdns: McsdnsServer, cluster_dns: dict) -> None:
     server = f"http://127.0.0.1:{mcsdns.http_port}"
 
     def cli(*args: str) -> subprocess.CompletedProcess:
@@ -170,16 +171,16 @@ def test_cli_says_what_the_cluster_dns_answers_and_the_fix(mcsdns: Server, clust
     assert json.loads(fine.stdout)["via"]["verdict"] == "same", fine.stdout
 
 
-def test_another_mcsdns_behind_the_path_differs(mcsdns: Server) -> None:
+def test_another_mcsdns_behind_the_path_differs(mcsdns: McsdnsServer) -> None:
     """A stub zone forwarding to another mcsdns (an old install, another cluster's): its negative
     answer carries the same SOA, so only the comparison of answers shows it."""
-    with Server() as other:  # the bundled example: no testns/svc1
+    with McsdnsServer() as other:  # the bundled example: no testns/svc1
         via = explain_via(mcsdns, WEB, f"127.0.0.1:{other.dns_port}")["via"]
     assert via["rcode"] == "NXDOMAIN" and via["verdict"] == "differs", via
     assert "answers differently (NXDOMAIN, 0 record(s))" in via["reason"] and "check its `forward` address" in via["reason"]
 
 
-def test_auto_asks_only_in_a_pod(mcsdns: Server) -> None:
+def test_auto_asks_only_in_a_pod(mcsdns: McsdnsServer) -> None:
     """`mcsdns explain`'s default: a server outside a pod (this one: no KUBERNETES_SERVICE_HOST)
     does not ask its machine's resolver, which says nothing about a cluster."""
     assert "via" not in explain_via(mcsdns, WEB, "auto")

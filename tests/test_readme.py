@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.serverproc import ROOT, Server, eventually
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
+from testsupport.polling import eventually
 from testsupport.testbed import stop_popen
 
 
@@ -39,7 +40,7 @@ def test_walkthrough_is_not_empty():
 
 @pytest.fixture(scope="module")
 def server():
-    with Server() as s:
+    with McsdnsServer() as s:
         yield s
 
 
@@ -65,7 +66,7 @@ def test_discovery_walkthrough_is_not_empty():
 
 @pytest.fixture(scope="module")
 def dnssd_server():
-    with Server("--dns-sd") as s:
+    with McsdnsServer("--dns-sd") as s:
         yield s
 
 

@@ -36,6 +36,14 @@ def store_with(*objects) -> tuple[Store, list[Changes]]:
     return store, notes
 
 
+class Timer:
+    def __init__(self, seconds: float, callback: Callable[[], None]) -> None:
+        self.seconds, self.callback, self.cancelled = seconds, callback, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class Scheduler:
     """call_later run by hand: `run()` fires every timer still scheduled, as the loop would when due."""
 
@@ -54,14 +62,6 @@ class Scheduler:
         for timer in self.live():
             timer.cancelled = True
             timer.callback()
-
-
-class Timer:
-    def __init__(self, seconds: float, callback: Callable[[], None]) -> None:
-        self.seconds, self.callback, self.cancelled = seconds, callback, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 # --------------------------------------------------------------------------- mark and sweep

@@ -18,11 +18,15 @@ import yaml
 
 from mcsdns.zone import compiler
 from mcsdns.zone.wire import MAX_TCP, Renderer
-from testsupport.serverproc import Server, exchange
+from testsupport.mcsdnsserver import McsdnsServer, exchange
 from test_compile_cost import NS_ADDRESSES, make_table, varied_services
 
 Z = "clusterset.local."
 ENDPOINTS, PORTS = 1000, 100
+
+
+def address(i: int) -> str:
+    return f"10.30.{i // 250}.{i % 250 + 1}"
 
 
 def wide_objects() -> list[dict]:
@@ -38,10 +42,6 @@ def wide_objects() -> list[dict]:
     ]  # fmt: skip
 
 
-def address(i: int) -> str:
-    return f"10.30.{i // 250}.{i % 250 + 1}"
-
-
 def target(i: int) -> str:
     return f"pod-{i}.c1.wide.big.svc.{Z}"
 
@@ -50,11 +50,11 @@ def target(i: int) -> str:
 def wide(tmp_path_factory):
     path = tmp_path_factory.mktemp("wide") / "wide.yaml"
     path.write_text(yaml.safe_dump_all(wide_objects()))
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         yield s
 
 
-def ask_tcp(server: Server, name: str, qtype: str, **kw) -> tuple[bytes, dns.message.Message]:
+def ask_tcp(server: McsdnsServer, name: str, qtype: str, **kw) -> tuple[bytes, dns.message.Message]:
     wire = exchange(server, dns.message.make_query(name, qtype, **kw).to_wire(), tcp=True)
     return wire, dns.message.from_wire(wire)
 
@@ -122,6 +122,14 @@ def long_named_service() -> list[dict]:
     ]  # fmt: skip
 
 
+def _labels(wire: bytes) -> list[bytes]:
+    out, i = [], 0
+    while i < len(wire):
+        out.append(wire[i + 1 : i + 1 + wire[i]])
+        i += wire[i] + 1
+    return out
+
+
 def test_compiled_bodies_are_fresh_renderings_of_answer():
     """Every compiled body (addresses shared between names, derived bytes cached, SRV cut, names not
     checked where none can be too long) is byte for byte what rendering `answer()` for its name alone gives."""
@@ -138,11 +146,3 @@ def test_compiled_bodies_are_fresh_renderings_of_answer():
             assert table.answers[k] == fresh, (key, k)
             compared += 1
     assert compared > 150  # every compiled name of every service, in both namespaces
-
-
-def _labels(wire: bytes) -> list[bytes]:
-    out, i = [], 0
-    while i < len(wire):
-        out.append(wire[i + 1 : i + 1 + wire[i]])
-        i += wire[i] + 1
-    return out

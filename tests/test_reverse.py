@@ -23,7 +23,8 @@ import yaml
 from testsupport.cases import Z
 from testsupport.objects import endpoint_slice, namespace, service_import
 from mcsdns.zone import reverse
-from testsupport.serverproc import FIXTURES, ROOT, eventually
+from testsupport.mcsdnsserver import FIXTURES, ROOT
+from testsupport.polling import eventually
 from upstreams import Fake, ForwardingServer
 
 NS = "rev"
@@ -225,7 +226,8 @@ def test_mutated_packets_with_both_flags_on(tmp_path):
     from prometheus_client import CollectorRegistry
 
     from mcsdns.metrics import Metrics
-    from mcsdns.serve.resolve import Resolver, RoundRobinResolver
+    from mcsdns.serve.loadbalance import RoundRobinResolver
+    from mcsdns.serve.resolve import Resolver
     from testsupport.inprocess import build_table
     from testsupport.fuzz import mutate, run_one, seed_queries
     from test_locality import documents as locality_documents

@@ -28,7 +28,8 @@ import pytest
 
 from testsupport.churn import Churn
 from testsupport.secondaries import BindSecondary, CoreDNSSecondary, KnotSecondary
-from testsupport.serverproc import FIXTURES, ROOT, Server, eventually, http_get
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer, http_get
+from testsupport.polling import eventually
 from testsupport.zonecompare import ZONE, answers_alike, ask, questions, soa_fields
 from test_workers import worker_pids
 from test_zonefile import print_zone
@@ -54,7 +55,7 @@ def transfer_flags(kind: str, key_file: Path) -> tuple[str, ...]:
 def test_secondary_loads_the_zone_with_tsig_and_answers_like_mcsdns(kind: str, source: str, tmp_path: Path) -> None:
     manifests, extra = SOURCES[source]
     asked, names = questions(print_zone(manifests, *extra))
-    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", *extra,
+    with McsdnsServer("--manifests", str(manifests), "--ns-address", "127.0.0.1", *extra,
                 *transfer_flags(kind, tmp_path / "key")) as server:
         with SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET)) as secondary:
             assert secondary.serial() == ask(server.dns_port, ZONE, "SOA").answer[0][0].serial
@@ -68,7 +69,7 @@ def test_secondary_loads_the_zone_with_tsig_and_answers_like_mcsdns(kind: str, s
 def test_a_secondary_with_the_wrong_key_gets_nothing(tmp_path: Path) -> None:
     (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
     wrong = base64.b64encode(b"w" * 32).decode()
-    with Server("--manifests", str(EXAMPLE), "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key")) as server:
+    with McsdnsServer("--manifests", str(EXAMPLE), "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key")) as server:
         knot = KnotSecondary(tmp_path / "knot", server.dns_port, ("xfr-key", "hmac-sha256", wrong), load_timeout=8)
         with pytest.raises(AssertionError, match="loading the zone"):
             with knot:
@@ -82,7 +83,7 @@ def test_corednss_secondary_cannot_sign_so_a_keyed_primary_refuses_it(tmp_path: 
     """CoreDNS's `secondary` has no TSIG (its AXFR request is never signed): against mcsdns with
     `--tsig-key-file` it loads nothing, each try REFUSED as unsigned, and it keeps retrying."""
     (tmp_path / "key").write_text(f"xfr-key:hmac-sha256:{SECRET}\n")
-    with Server("--manifests", str(EXAMPLE), "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key")) as server:
+    with McsdnsServer("--manifests", str(EXAMPLE), "--transfer-to", "127.0.0.1", "--tsig-key-file", str(tmp_path / "key")) as server:
         coredns = CoreDNSSecondary(tmp_path / "coredns", server.dns_port, ("xfr-key", "hmac-sha256", SECRET), load_timeout=3)
         with pytest.raises(AssertionError, match="loading the zone"):
             with coredns:
@@ -119,7 +120,7 @@ def a_set(port: int, name: str) -> set[str] | None:
     return {rd.address for rrset in reply.answer for rd in rrset}
 
 
-def follow(server: Server, secondary, churn: Churn, kind: str) -> tuple[str, set[str] | None]:
+def follow(server: McsdnsServer, secondary, churn: Churn, kind: str) -> tuple[str, set[str] | None]:
     """The churn's next change: mcsdns reloads and answers it, then the secondary reaches mcsdns's serial
     (by NOTIFY: its SOA refresh is 2 h) and answers it too. Returns (name, its A set; None: NXDOMAIN)."""
     name, expected = churn.step()
@@ -130,6 +131,16 @@ def follow(server: Server, secondary, churn: Churn, kind: str) -> tuple[str, set
                what=lambda: f"{kind} following {name} -> {expected} (serial {current}): {secondary.log()[-2000:]}")
     assert a_set(secondary.port, name) == expected
     return name, expected
+
+
+def counts(metrics: str, family: str) -> dict[str, float]:
+    """A counter's samples by their labels, summed over `worker` (--workers N labels each worker's)."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith(family + "{"):
+            labels = ",".join(x for x in line.split("{")[1].split("}")[0].split(",") if not x.startswith("worker="))
+            out[labels] = out.get(labels, 0) + float(line.split()[-1])
+    return out
 
 
 @pytest.mark.parametrize(("kind", "workers"), [*((kind, 1) for kind in sorted(SECONDARIES)), ("knot", 2)])
@@ -143,7 +154,7 @@ def test_secondary_follows_creates_updates_and_deletes_by_notify(kind: str, work
     the journal, kept in step by the supervisor's updates (the same serials, the same differences): Knot
     still gets one AXFR and IXFR only, whichever worker each connection lands on."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags(kind, tmp_path / "key"),
+    server = McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags(kind, tmp_path / "key"),
                     "--workers", str(workers))
     secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
     server.args += ["--notify", f"127.0.0.1:{secondary.port}"]
@@ -185,7 +196,7 @@ def test_with_workers_the_notify_waits_until_every_worker_serves_the_change(tmp_
     (SIGSTOP) a change reaches the supervisor (its serial moves) but no NOTIFY leaves; once the worker runs
     again and applies it, the NOTIFY goes and Knot follows it by IXFR."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags("knot", tmp_path / "key"),
+    server = McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", *transfer_flags("knot", tmp_path / "key"),
                     "--workers", "2")
     knot = KnotSecondary(tmp_path / "knot", server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
     server.args += ["--notify", f"127.0.0.1:{knot.port}"]
@@ -219,14 +230,16 @@ def test_with_workers_the_notify_waits_until_every_worker_serves_the_change(tmp_
     assert "NOTIFY sent before workers" not in server.log(), server.log()
 
 
-def counts(metrics: str, family: str) -> dict[str, float]:
-    """A counter's samples by their labels, summed over `worker` (--workers N labels each worker's)."""
-    out: dict[str, float] = {}
-    for line in metrics.splitlines():
-        if line.startswith(family + "{"):
-            labels = ",".join(x for x in line.split("{")[1].split("}")[0].split(",") if not x.startswith("worker="))
-            out[labels] = out.get(labels, 0) + float(line.split()[-1])
-    return out
+def transfer_text(port: int) -> tuple[int, str]:
+    """(serial, every record but the SOA, sorted) of a whole transfer of the zone from `port`, signed."""
+    keyring = {dns.name.from_text("xfr-key."): dns.tsig.Key("xfr-key.", SECRET, "hmac-sha256")}
+    zone = dns.zone.Zone(ZONE, relativize=False)
+    query = dns.message.make_query(ZONE, "AXFR")
+    query.use_tsig(keyring, next(iter(keyring)))
+    dns.query.inbound_xfr("127.0.0.1", zone, query, port=port, timeout=10, lifetime=30)
+    records = sorted(f"{name} {rdataset}" for name, node in zone.nodes.items() for rdataset in node
+                     if rdataset.rdtype != dns.rdatatype.SOA)
+    return zone.get_soa().serial, "\n".join(records)
 
 
 def test_two_replicas_under_churn_each_with_a_pinned_secondary(tmp_path: Path) -> None:
@@ -240,7 +253,7 @@ def test_two_replicas_under_churn_each_with_a_pinned_secondary(tmp_path: Path) -
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
     flags = ("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
              "--tsig-key-file", str(tmp_path / "key"))
-    servers = [Server(*flags), Server(*flags)]
+    servers = [McsdnsServer(*flags), McsdnsServer(*flags)]
     knots = [KnotSecondary(tmp_path / f"knot{i}", s.dns_port, ("xfr-key", "hmac-sha256", SECRET))
              for i, s in enumerate(servers)]
     for server, knot in zip(servers, knots):
@@ -279,18 +292,6 @@ def test_two_replicas_under_churn_each_with_a_pinned_secondary(tmp_path: Path) -
     assert 'mcsdns_transfers_total{result="ixfr",type="ixfr"}' in metrics, metrics
     shared = set(contents[0]) & set(contents[1])
     print(f"serials seen: {len(contents[0])} and {len(contents[1])}, in both: {len(shared)}")
-
-
-def transfer_text(port: int) -> tuple[int, str]:
-    """(serial, every record but the SOA, sorted) of a whole transfer of the zone from `port`, signed."""
-    keyring = {dns.name.from_text("xfr-key."): dns.tsig.Key("xfr-key.", SECRET, "hmac-sha256")}
-    zone = dns.zone.Zone(ZONE, relativize=False)
-    query = dns.message.make_query(ZONE, "AXFR")
-    query.use_tsig(keyring, next(iter(keyring)))
-    dns.query.inbound_xfr("127.0.0.1", zone, query, port=port, timeout=10, lifetime=30)
-    records = sorted(f"{name} {rdataset}" for name, node in zone.nodes.items() for rdataset in node
-                     if rdataset.rdtype != dns.rdatatype.SOA)
-    return zone.get_soa().serial, "\n".join(records)
 
 
 @pytest.mark.kube
@@ -342,7 +343,7 @@ def test_with_dns_sd_a_secondary_answers_and_follows_the_browsing_names(kind: st
     browsing name for PTR, SRV, TXT, A and AAAA as mcsdns does, and after each change (by NOTIFY and IXFR)
     lists the same instances of `_http._tcp` in namespace demo."""
     churn = Churn(tmp_path / "manifests.yaml", EXAMPLE.read_text())
-    server = Server("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--dns-sd",
+    server = McsdnsServer("--manifests", str(churn.path), "--ns-address", "127.0.0.1", "--dns-sd",
                     *transfer_flags(kind, tmp_path / "key"))
     secondary = SECONDARIES[kind](tmp_path / kind, server.dns_port, ("xfr-key", "hmac-sha256", SECRET))
     server.args += ["--notify", f"127.0.0.1:{secondary.port}"]

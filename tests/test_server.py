@@ -22,13 +22,14 @@ import pytest
 import yaml
 
 from testsupport.cases import MAIN, Z, check, make_query
+from testsupport.framing import frame, read_frames
 from testsupport.objects import headless_service
-from testsupport.serverproc import FIXTURES, ROOT, Server
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
 
 
 @pytest.fixture(scope="module")
 def server():
-    with Server("--manifests", str(FIXTURES / "contract.yaml"), "--namespaces", "testns") as s:
+    with McsdnsServer("--manifests", str(FIXTURES / "contract.yaml"), "--namespaces", "testns") as s:
         yield s
 
 
@@ -71,7 +72,7 @@ def big(tmp_path_factory):
     endpoints = [{"addresses": [f"10.20.{i // 200}.{i % 200 + 1}"], "hostname": f"pod-{i}"} for i in range(80)]
     docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "big"}}, *headless_service("big", "many", endpoints)]
     path.write_text(yaml.safe_dump_all(docs))
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         yield s
 
 
@@ -115,30 +116,12 @@ def test_udp_falls_back_to_tcp_like_a_resolver(big):
     assert used_tcp and addresses(reply) == ALL_80
 
 
-def _tcp_frame(msg: dns.message.Message) -> bytes:
-    wire = msg.to_wire()
-    return struct.pack(">H", len(wire)) + wire
-
-
-def _read_frames(sock: socket.socket, n: int) -> list[dns.message.Message]:
-    out, buf = [], b""
-    while len(out) < n:
-        chunk = sock.recv(65535)
-        assert chunk, "connection closed early"
-        buf += chunk
-        while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
-            length = struct.unpack(">H", buf[:2])[0]
-            out.append(dns.message.from_wire(buf[2 : 2 + length]))
-            buf = buf[2 + length :]
-    return out
-
-
 def test_tcp_pipelining(server):
     names = [f"{n}.testns.svc.{Z}" for n in ("svc1", "svc6", "hdls1", "svc0", "svc-dual-stack")]
     queries = [dns.message.make_query(n, "A") for n in names]
     with socket.create_connection(server.addr, timeout=3) as sock:
-        sock.sendall(b"".join(_tcp_frame(q) for q in queries))  # all at once, one write
-        replies = _read_frames(sock, len(queries))
+        sock.sendall(b"".join(frame(q) for q in queries))  # all at once, one write
+        replies = read_frames(sock, len(queries))
     by_id = {r.id: r for r in replies}
     assert set(by_id) == {q.id for q in queries}
     for q in queries:
@@ -234,7 +217,7 @@ def test_invalid_objects_are_skipped_one_by_one(tmp_path):
     ]
     path = tmp_path / "mixed.yaml"
     path.write_text(yaml.safe_dump_all([GOOD, *bad]))
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         assert s.query("good.app.svc." + Z).answer[0][0].address == "10.9.0.1"
         badip = s.query(f"badip.app.svc.{Z}")  # no IP left: the name exists without addresses (NODATA)
         assert badip.rcode() == dns.rcode.NOERROR and not badip.answer and badip.authority
@@ -264,7 +247,7 @@ def _wait_for(predicate, timeout: float = 5.0) -> float:
 def test_changed_file_is_reread_and_bad_edits_keep_the_last_good_state(tmp_path):
     path = tmp_path / "live.yaml"
     path.write_text(yaml.safe_dump_all([GOOD]))
-    with Server("--manifests", str(tmp_path)) as s:
+    with McsdnsServer("--manifests", str(tmp_path)) as s:
         name = "good.app.svc." + Z
         assert s.query(name).answer[0][0].address == "10.9.0.1"
         changed = dict(GOOD, spec=dict(GOOD["spec"], ips=["10.9.0.7"]))
@@ -295,7 +278,7 @@ def test_unreadable_file_keeps_last_good_state(tmp_path):
         pass
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump_all([GOOD]))
-    with Server("--manifests", str(path)) as s:
+    with McsdnsServer("--manifests", str(path)) as s:
         path.write_bytes(b"\xff\xfe not utf-8 \xff")
         _wait_for(lambda: "cannot read" in s.log())
         assert s.query("good.app.svc." + Z).answer[0][0].address == "10.9.0.1"
@@ -353,7 +336,7 @@ def test_port_in_use_is_a_clear_error():
 
 def test_python_dash_m_and_default_examples():
     """`mcsdns serve` with no source serves the bundled example cluster set and says so."""
-    with Server() as s:
+    with McsdnsServer() as s:
         assert s.query("web.demo.svc." + Z).answer[0][0].address == "10.96.10.10"
         srv = s.query("_http._tcp.web.demo.svc." + Z, "SRV")
         assert srv.answer[0][0].port == 80

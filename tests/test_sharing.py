@@ -15,7 +15,7 @@ from mcsdns.serve.resolve import Resolver
 from mcsdns.workers.sharing import compact
 from testsupport.inprocess import build_table
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
-from testsupport.serverproc import FIXTURES
+from testsupport.mcsdnsserver import FIXTURES
 
 Z = "clusterset.local."
 

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from testsupport.serverproc import ROOT
+from testsupport.mcsdnsserver import ROOT
 
 pytestmark = pytest.mark.slow  # 20 s of load plus the search for the maximum
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testsupport.objects import ES_API, MCS, endpoint_slice, service_import
-from testsupport.serverproc import eventually
+from testsupport.polling import eventually
 from testsupport.testbed import ApiError, KubeClient, Testbed, find_testbin
 
 

@@ -13,7 +13,6 @@ import json
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -33,8 +32,9 @@ import dns.xfr
 import dns.zone
 import pytest
 
+from testsupport.framing import FrameReader, frame
+from testsupport.mcsdnsserver import ROOT, McsdnsServer, exchange
 from testsupport.secondaries import KnotSecondary
-from testsupport.serverproc import ROOT, Server, exchange
 
 ZONE = "clusterset.local."
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
@@ -107,19 +107,13 @@ def tcp_messages(port: int, query: dns.message.Message, timeout: float = 10,
                  done: Callable[[list[dns.rrset.RRset]], bool] = axfr_done) -> list[bytes]:
     """Every message the server writes for `query` on one TCP connection until `done` says the records so
     far end the reply (or an error rcode)."""
-    wire = query.to_wire()
     out: list[bytes] = []
     records: list[dns.rrset.RRset] = []
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
+        sock.sendall(frame(query))
+        reader = FrameReader(sock)
         while True:
-            while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-                chunk = sock.recv(65536)
-                assert chunk, f"closed after {len(out)} messages"
-                buf += chunk
-            size = struct.unpack(">H", buf[:2])[0]
-            message, buf = buf[2 : 2 + size], buf[2 + size :]
+            message = reader.expect()
             out.append(message)
             parsed = dns.message.from_wire(message, keyring=False, one_rr_per_rrset=True)
             records += parsed.answer
@@ -135,7 +129,7 @@ def tsig_error(reply: dns.message.Message) -> int:
 
 
 def test_off_by_default_every_transfer_is_refused() -> None:
-    with Server("--manifests", str(EXAMPLE)) as server:
+    with McsdnsServer("--manifests", str(EXAMPLE)) as server:
         for qtype in ("AXFR", "IXFR"):
             for tcp in (True, False):
                 reply = server.query(ZONE, qtype, tcp=tcp)
@@ -169,7 +163,7 @@ def test_bad_transfer_flags_exit_2(flags: tuple[str, ...], message: str, tmp_pat
 
 def test_axfr_is_what_the_query_path_answers(tmp_path: Path) -> None:
     """The transferred zone is record for record `mcsdns zone`'s (which test_zonefile holds to the query path)."""
-    with Server("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.0/8") as server:
+    with McsdnsServer("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.0/8") as server:
         zone = transferred(server.dns_port)
         serial = server.query(ZONE, "SOA").answer[0][0].serial
         messages = tcp_messages(server.dns_port, dns.message.make_query(ZONE, "AXFR"))
@@ -185,7 +179,7 @@ def test_axfr_is_what_the_query_path_answers(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_large_zone_spans_messages_of_at_most_64k_each_signed(tmp_path: Path) -> None:
     manifests = big_manifests(tmp_path)
-    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+    with McsdnsServer("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--tsig-key-file", str(key_file(tmp_path))) as server:
         query = make("ClusterSet.Local.", "AXFR", KEYRING)
         messages = tcp_messages(server.dns_port, query)
@@ -216,7 +210,7 @@ def test_a_large_zone_spans_messages_of_at_most_64k_each_signed(tmp_path: Path) 
 @pytest.fixture(scope="module")
 def signed_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("signed")
-    with Server("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+    with McsdnsServer("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--tsig-key-file", str(key_file(tmp))) as server:
         yield server
 
@@ -227,7 +221,7 @@ def ask_tcp(port: int, query: dns.message.Message, keyring=None) -> dns.message.
     return dns.message.from_wire(wire, keyring=keyring if keyring is not None else False, request_mac=query.mac)
 
 
-def test_signed_transfer_and_signed_queries(signed_server: Server) -> None:
+def test_signed_transfer_and_signed_queries(signed_server: McsdnsServer) -> None:
     zone = transferred(signed_server.dns_port, KEYRING)
     assert zone.get_soa() is not None and len(contents(zone)) > 20
     # A signed SOA query (a secondary's refresh) gets a signed answer, over UDP and TCP.
@@ -238,12 +232,12 @@ def test_signed_transfer_and_signed_queries(signed_server: Server) -> None:
         assert reply.had_tsig and reply.answer[0].rdtype == dns.rdatatype.SOA, reply
 
 
-def test_unsigned_transfer_is_refused_with_a_key(signed_server: Server) -> None:
+def test_unsigned_transfer_is_refused_with_a_key(signed_server: McsdnsServer) -> None:
     reply = ask_tcp(signed_server.dns_port, dns.message.make_query(ZONE, "AXFR"))
     assert reply.rcode() == dns.rcode.REFUSED and not reply.answer and not reply.tsig
 
 
-def test_wrong_secret_is_badsig_and_unknown_key_badkey(signed_server: Server) -> None:
+def test_wrong_secret_is_badsig_and_unknown_key_badkey(signed_server: McsdnsServer) -> None:
     for keyring, error in ((WRONG, dns.rcode.BADSIG), (OTHER, dns.rcode.BADKEY)):
         query = make(ZONE, "AXFR", keyring)
         reply = ask_tcp(signed_server.dns_port, query)
@@ -251,7 +245,16 @@ def test_wrong_secret_is_badsig_and_unknown_key_badkey(signed_server: Server) ->
         assert tsig_error(reply) == error and reply.tsig[0].mac == b"", reply  # unsigned (RFC 8945 5.2)
 
 
-def test_skewed_clock_is_badtime_signed_with_the_server_time(signed_server: Server,
+def tcp_messages_raw(port: int, wire: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(frame(wire))
+        reader = FrameReader(sock)
+        reply = reader.expect()
+        assert not reader.buffer, "bytes after the reply"
+        return reply
+
+
+def test_skewed_clock_is_badtime_signed_with_the_server_time(signed_server: McsdnsServer,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     query = make(ZONE, "AXFR", KEYRING)
     now = time.time()
@@ -266,25 +269,22 @@ def test_skewed_clock_is_badtime_signed_with_the_server_time(signed_server: Serv
     assert abs(server_time - time.time()) < 60 and len(reply.tsig[0].mac) == 32  # signed (RFC 8945 5.2.3)
 
 
-def tcp_messages_raw(port: int, wire: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
-        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-            chunk = sock.recv(65536)
-            assert chunk
-            buf += chunk
-    return buf[2:]
-
-
 def test_address_outside_the_list_is_refused() -> None:
-    with Server("--manifests", str(EXAMPLE), "--transfer-to", "10.0.0.0/8", "--transfer-to", "::1") as server:
+    with McsdnsServer("--manifests", str(EXAMPLE), "--transfer-to", "10.0.0.0/8", "--transfer-to", "::1") as server:
         for qtype in ("AXFR", "IXFR"):
             reply = server.query(ZONE, qtype, tcp=True)
             assert reply.rcode() == dns.rcode.REFUSED and not reply.answer
         assert server.query(f"web.demo.svc.{ZONE}", "A", tcp=True).answer  # queries as before
         _, metrics = server.http("/metrics")
     assert 'mcsdns_transfers_total{result="refused",type="axfr"} 1.0' in metrics
+
+
+def ixfr(serial: int, *, name: str = ZONE, rdclass: str = "IN", soa: bool = True) -> dns.message.Message:
+    query = dns.message.make_query(name, "IXFR", rdclass=rdclass)
+    if soa:
+        rd = dns.rdata.from_text("IN", "SOA", f"ns.dns.{ZONE} hostmaster.{ZONE} {serial} 1 1 1 1")
+        query.authority.append(dns.rrset.from_rdata(name, 5, rd))
+    return query
 
 
 def test_a_reverse_zone_transfers_what_its_queries_answer(tmp_path: Path) -> None:
@@ -294,7 +294,7 @@ def test_a_reverse_zone_transfers_what_its_queries_answer(tmp_path: Path) -> Non
     reverse zone), at our serial the SOA alone; and Knot, a real secondary of the reverse zone, loads
     it and answers the PTRs."""
     reverse = "10.in-addr.arpa."
-    with Server("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+    with McsdnsServer("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
                 "--reverse-cidr", "10.0.0.0/8", "--tsig-key-file", str(key_file(tmp_path))) as server:
         keyring = KEYRING
         zone = dns.zone.Zone(reverse, relativize=False)
@@ -337,21 +337,13 @@ def test_a_reverse_zone_transfers_what_its_queries_answer(tmp_path: Path) -> Non
 # --------------------------------------------------------------------------- IXFR, UDP, malformed
 
 
-def ixfr(serial: int, *, name: str = ZONE, rdclass: str = "IN", soa: bool = True) -> dns.message.Message:
-    query = dns.message.make_query(name, "IXFR", rdclass=rdclass)
-    if soa:
-        rd = dns.rdata.from_text("IN", "SOA", f"ns.dns.{ZONE} hostmaster.{ZONE} {serial} 1 1 1 1")
-        query.authority.append(dns.rrset.from_rdata(name, 5, rd))
-    return query
-
-
 @pytest.fixture(scope="module")
 def open_server():
-    with Server("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
+    with McsdnsServer("--manifests", str(EXAMPLE), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
         yield server
 
 
-def test_ixfr_current_gets_the_soa_alone_older_the_whole_zone(open_server: Server) -> None:
+def test_ixfr_current_gets_the_soa_alone_older_the_whole_zone(open_server: McsdnsServer) -> None:
     serial = open_server.query(ZONE, "SOA").answer[0][0].serial
     current = ask_tcp(open_server.dns_port, ixfr(serial))
     assert [r.rdtype for r in current.answer] == [dns.rdatatype.SOA] and current.answer[0][0].serial == serial
@@ -367,7 +359,7 @@ def test_ixfr_current_gets_the_soa_alone_older_the_whole_zone(open_server: Serve
     assert zone.get_soa().serial == serial
 
 
-def test_over_udp_axfr_is_notimp_and_ixfr_the_current_soa(open_server: Server) -> None:
+def test_over_udp_axfr_is_notimp_and_ixfr_the_current_soa(open_server: McsdnsServer) -> None:
     reply = open_server.query(ZONE, "AXFR")
     assert reply.rcode() == dns.rcode.NOTIMP and not reply.answer
     serial = open_server.query(ZONE, "SOA").answer[0][0].serial
@@ -381,20 +373,20 @@ def test_over_udp_axfr_is_notimp_and_ixfr_the_current_soa(open_server: Server) -
     (dns.message.make_query(f"svc.{ZONE}", "AXFR"), dns.rcode.NOTAUTH),  # not a zone apex
     (dns.message.make_query(ZONE, "AXFR", rdclass="CH"), dns.rcode.REFUSED),
 ])
-def test_malformed_requests(open_server: Server, query: dns.message.Message, rcode: int) -> None:
+def test_malformed_requests(open_server: McsdnsServer, query: dns.message.Message, rcode: int) -> None:
     reply = ask_tcp(open_server.dns_port, query)
     assert reply.rcode() == rcode and not reply.answer, reply
     assert open_server.query(f"web.demo.svc.{ZONE}", "A").answer  # still answering
 
 
-def test_ixfr_whose_soa_names_another_zone_is_formerr(open_server: Server) -> None:
+def test_ixfr_whose_soa_names_another_zone_is_formerr(open_server: McsdnsServer) -> None:
     query = dns.message.make_query(ZONE, "IXFR")
     rd = dns.rdata.from_text("IN", "SOA", "a. b. 1 1 1 1 1")
     query.authority.append(dns.rrset.from_rdata("example.com.", 5, rd))
     assert ask_tcp(open_server.dns_port, query).rcode() == dns.rcode.FORMERR
 
 
-def test_garbage_on_the_transfer_path_gets_formerr_not_a_crash(open_server: Server) -> None:
+def test_garbage_on_the_transfer_path_gets_formerr_not_a_crash(open_server: McsdnsServer) -> None:
     # An AXFR question whose authority count promises a record that is not there.
     wire = bytearray(dns.message.make_query(ZONE, "AXFR").to_wire())
     wire[9] = 1
@@ -403,7 +395,7 @@ def test_garbage_on_the_transfer_path_gets_formerr_not_a_crash(open_server: Serv
     assert open_server.query(ZONE, "SOA", tcp=True).answer
 
 
-def test_dig_and_kdig_read_a_signed_transfer(signed_server: Server) -> None:
+def test_dig_and_kdig_read_a_signed_transfer(signed_server: McsdnsServer) -> None:
     for tool in ("dig", "kdig"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} not installed")
@@ -422,7 +414,7 @@ def test_twenty_secondaries_at_once_and_queries_keep_being_answered(tmp_path: Pa
     import concurrent.futures
 
     manifests = big_manifests(tmp_path, 200)
-    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
+    with McsdnsServer("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
         expected = contents(transferred(server.dns_port))
 
         def one(_: int) -> str:
@@ -448,7 +440,7 @@ def raw_transfer_size(port: int) -> int:
     wire = dns.message.make_query(ZONE, "AXFR").to_wire()
     total = 0
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        sock.sendall(frame(wire))
         sock.settimeout(30)
         total += len(sock.recv(1 << 20))  # the first message waits for the packing
         sock.settimeout(1)
@@ -465,13 +457,13 @@ def test_a_secondary_that_never_reads_is_dropped_after_the_idle_timeout(tmp_path
     """It asks for the zone and reads nothing: once the buffers are full the server waits
     --tcp-idle-timeout (1 s here) for it, then drops the connection; queries are answered all along."""
     manifests = big_manifests(tmp_path, 14000)
-    with Server("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--tcp-idle-timeout", "1s") as server:
+    with McsdnsServer("--manifests", str(manifests), "--transfer-to", "127.0.0.1", "--tcp-idle-timeout", "1s") as server:
         whole = raw_transfer_size(server.dns_port)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's writes back up
         sock.connect(("127.0.0.1", server.dns_port))
         wire = dns.message.make_query(ZONE, "AXFR").to_wire()
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
+        sock.sendall(frame(wire))
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:  # not reading; queries still answered
             assert server.query(f"service-number-00001.bulk.svc.{ZONE}", "A").answer
@@ -495,26 +487,15 @@ def test_a_change_during_a_transfer_does_not_mix_serials(tmp_path: Path) -> None
     new zone. The client's small receive window keeps the server from packing far ahead meanwhile."""
     manifests = big_manifests(tmp_path, 3000)
     old = contents(printed_zone(manifests))
-    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
+    with McsdnsServer("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1") as server:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(("127.0.0.1", server.dns_port))
         sock.settimeout(30)
         wire = dns.message.make_query(ZONE, "AXFR").to_wire()
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
-
-        def next_message() -> bytes:
-            nonlocal buf
-            while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-                chunk = sock.recv(65536)
-                assert chunk, "closed"
-                buf += chunk
-            size = struct.unpack(">H", buf[:2])[0]
-            message, buf = buf[2 : 2 + size], buf[2 + size :]
-            return message
-
-        messages = [dns.message.from_wire(next_message(), one_rr_per_rrset=True)]
+        sock.sendall(frame(wire))
+        reader = FrameReader(sock)
+        messages = [dns.message.from_wire(reader.expect(), one_rr_per_rrset=True)]
         text = manifests.read_text()
         text = text.replace("name: service-number-02999,", "name: service-number-99999,")  # deleted, added
         text = text.replace("ips: [10.8.0.1]", "ips: [10.99.0.1]")  # service-number-02000's address
@@ -527,7 +508,7 @@ def test_a_change_during_a_transfer_does_not_mix_serials(tmp_path: Path) -> None
             time.sleep(0.05)
         records = list(messages[0].answer)
         while not axfr_done(records):
-            messages.append(dns.message.from_wire(next_message(), one_rr_per_rrset=True))
+            messages.append(dns.message.from_wire(reader.expect(), one_rr_per_rrset=True))
             records += messages[-1].answer
         sock.close()
         after = transferred(server.dns_port)

@@ -21,7 +21,7 @@ import dns.zone
 
 from test_deploy import served_command, with_component
 from test_helm import by_kind, parse_flags, render
-from testsupport.serverproc import Server
+from testsupport.mcsdnsserver import McsdnsServer
 
 ZONE = "clusterset.local."
 MOUNTED = "/etc/mcsdns-tsig/tsig.key"
@@ -36,7 +36,7 @@ def serve_and_transfer(command: list[str], flags: list[str], args: list[str], tm
     dropped = ("--listen", "--http-listen", "--lameduck")
     flags_file = tmp / "flags"
     flags_file.write_text(shlex.join(f for f in flags if f.split("=", 1)[0] not in dropped) + "\n")
-    server = Server()
+    server = McsdnsServer()
     local = [a.replace(MOUNTED, str(key)) for a in args]
     server.argv = served_command(command, flags_file, *local, f"--listen=127.0.0.1:{server.dns_port}",
                                  f"--http-listen=127.0.0.1:{server.http_port}", "--lameduck=0")
@@ -65,18 +65,18 @@ def test_helm_tsig_secret(tmp_path: Path) -> None:
     serve_and_transfer(container["command"], [f.replace(MOUNTED, str(tmp_path / "tsig.key")) for f in flags], [], tmp_path)
 
 
-def test_helm_primaries_service(tmp_path: Path) -> None:
-    """transfers.primariesService: the pods' own addresses, headless, as the kustomize component's."""
-    rendered = render(tmp_path, {"transfers": {"primariesService": True}})
-    services = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "Service"}
-    assert_primaries(services.pop("mcsdns-primaries"), services["mcsdns"])
-
-
 def assert_primaries(primaries: dict, service: dict) -> None:
     """Headless, over the same pods as the mcsdns Service, DNS over TCP only (zone transfers)."""
     assert primaries["spec"]["clusterIP"] == "None"
     assert primaries["spec"]["selector"] == service["spec"]["selector"]
     assert [(p["port"], p["protocol"], p["targetPort"]) for p in primaries["spec"]["ports"]] == [(53, "TCP", "dns-tcp")]
+
+
+def test_helm_primaries_service(tmp_path: Path) -> None:
+    """transfers.primariesService: the pods' own addresses, headless, as the kustomize component's."""
+    rendered = render(tmp_path, {"transfers": {"primariesService": True}})
+    services = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "Service"}
+    assert_primaries(services.pop("mcsdns-primaries"), services["mcsdns"])
 
 
 def test_kustomize_transfers_component(tmp_path: Path) -> None:

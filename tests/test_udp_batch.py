@@ -28,7 +28,8 @@ from mcsdns.serve import mmsg
 from mcsdns.serve.resolve import Resolver
 from mcsdns.serve.transport import DnsServer
 from testsupport.inprocess import build_table
-from testsupport.serverproc import ROOT, Server, free_port, mcsdns_command
+from testsupport.mcsdnsserver import ROOT, McsdnsServer, mcsdns_command
+from testsupport.testbed import free_port
 from upstreams import Fake, ForwardingServer
 
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"  # what `serve` reads without --manifests
@@ -54,7 +55,7 @@ def has_ipv6_loopback() -> bool:
 
 
 @contextmanager
-def paused(server: Server):
+def paused(server: McsdnsServer):
     """The server process stopped: what is sent meanwhile waits in its socket's receive queue."""
     server.signal(signal.SIGSTOP)
     try:
@@ -91,7 +92,7 @@ def check_answer(reply: dns.message.Message, name: str, qtype: str) -> None:
     assert {rd.to_text() for rrset in reply.answer for rd in rrset} == rdata, reply
 
 
-def listening(server: Server) -> str:
+def listening(server: McsdnsServer) -> str:
     return "\n".join(line for line in server.log().splitlines() if "listening for DNS" in line)
 
 
@@ -102,7 +103,7 @@ def path(request) -> str:
 
 def test_the_default_path_is_batched_and_the_switch_turns_it_off(path: str) -> None:
     """The listener says which path it runs (what the other tests compare)."""
-    with Server(env=PATHS[path]) as server:
+    with McsdnsServer(env=PATHS[path]) as server:
         line = listening(server)
         assert line, server.log()
         assert ("batched: recvmmsg/sendmmsg" in line) == (path == "batched"), line
@@ -115,7 +116,7 @@ def test_many_datagrams_in_flight_from_many_clients_get_their_own_replies(path: 
     port = free_port()
     args = ["--listen", f"[::1]:{port}"] if v6 else []
     rng = random.Random(7)
-    with Server(*args, env=PATHS[path]) as server:
+    with McsdnsServer(*args, env=PATHS[path]) as server:
         if v6:
             assert f"[::1]:{port}" in listening(server)
         families = [socket.AF_INET] * 8 + ([socket.AF_INET6] * 4 if v6 else [])
@@ -232,7 +233,7 @@ def test_the_query_log_names_each_datagram_s_own_client(path: str) -> None:
 def test_a_client_gone_before_its_reply_does_not_stop_the_others(path: str) -> None:
     """Clients that close their sockets before the replies come (ICMP port unreachable for each
     reply) interleaved with one that stays: it gets all its replies, and the server serves on."""
-    with Server(env=PATHS[path]) as server:
+    with McsdnsServer(env=PATHS[path]) as server:
         stays = udp_client()
         gone = [udp_client() for _ in range(10)]
         q = dns.message.make_query("web.demo.svc.clusterset.local.", "A")
@@ -264,7 +265,7 @@ def test_a_reply_the_kernel_refuses_loses_no_other_reply(path: str) -> None:
         raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
     except PermissionError:
         pytest.skip("needs CAP_NET_RAW to send a UDP packet from port 0")
-    with raw, Server("--log-level", "DEBUG", env=PATHS[path]) as server:
+    with raw, McsdnsServer("--log-level", "DEBUG", env=PATHS[path]) as server:
         client = udp_client()
         q = dns.message.make_query("web.demo.svc.clusterset.local.", "A")
         ids = []
@@ -370,7 +371,7 @@ def test_a_batch_reads_what_recvfrom_reads_and_sends_what_it_is_given() -> None:
 def test_workers_serve_through_the_batched_path() -> None:
     """--workers 2 (SO_REUSEPORT, a socket per worker): each worker runs the batched listener and
     a burst from many sockets is answered in full."""
-    with Server("--workers", "2") as server:
+    with McsdnsServer("--workers", "2") as server:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and server.log().count("batched: recvmmsg/sendmmsg") < 2:
             time.sleep(0.1)
@@ -416,7 +417,7 @@ os.execv(argv[0], argv)
 """
 
 
-class TcpProbed(Server):
+class TcpProbed(McsdnsServer):
     """A server whose readiness is probed over TCP: the test's own burst is its first UDP traffic."""
 
     def _answers(self) -> bool:

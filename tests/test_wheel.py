@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.serverproc import ROOT, Server
+from testsupport.mcsdnsserver import ROOT, McsdnsServer
 
 pytestmark = pytest.mark.slow  # builds the sdist and wheel and installs them from PyPI into a venv
 
@@ -53,7 +53,7 @@ def test_installed_package_is_the_wheel(venv: Path, tmp_path: Path) -> None:
 
 
 def test_serve_from_the_wheel_answers_the_bundled_example(venv: Path) -> None:
-    server = Server()
+    server = McsdnsServer()
     server.argv = [str(venv / "bin" / "mcsdns"), "serve", "--listen", f"127.0.0.1:{server.dns_port}",
                    "--http-listen", f"127.0.0.1:{server.http_port}", "--lameduck", "0", "--upstream", "none"]
     with server:

@@ -28,7 +28,8 @@ import pytest
 from kube_server import MCS, KubeServer, ensure_crd, fqdn, service_import
 from test_monitoring import promtool
 from testsupport.cases import MAIN, check, make_query
-from testsupport.serverproc import FIXTURES, Server, eventually, http_get
+from testsupport.mcsdnsserver import FIXTURES, McsdnsServer, http_get
+from testsupport.polling import eventually
 
 WORKERS = 3
 
@@ -71,7 +72,7 @@ def spray(port: int, sockets: int = 64) -> int:
     return ok
 
 
-def worker_pids(server: Server) -> dict[int, int]:
+def worker_pids(server: McsdnsServer) -> dict[int, int]:
     """Worker index -> PID of its latest start, from the supervisor's log."""
     return {int(k): int(pid) for k, pid in re.findall(r"worker (\d+) started \(pid (\d+)\)", server.log())}
 
@@ -127,7 +128,7 @@ class Prober:
 def test_workers_share_the_port_and_a_killed_one_is_restarted(tmp_path):
     if not hasattr(socket, "SO_REUSEPORT"):
         pytest.skip("--workers needs SO_REUSEPORT")
-    server = Server("--manifests", str(FIXTURES / "contract.yaml"), "--workers", str(WORKERS))
+    server = McsdnsServer("--manifests", str(FIXTURES / "contract.yaml"), "--workers", str(WORKERS))
     with server:
         admin = server.http_port
         eventually(lambda: len(worker_pids(server)) == WORKERS and server.http("/ready")[0] == 200,
@@ -209,7 +210,7 @@ def test_a_reread_manifest_reaches_every_worker(tmp_path):
     text = (FIXTURES / "contract.yaml").read_text()
     manifests.write_text(text)
     name = MAIN[0].qname
-    with Server("--manifests", str(manifests), "--workers", "2") as server:
+    with McsdnsServer("--manifests", str(manifests), "--workers", "2") as server:
         assert server.http("/ready")[0] == 200 and len(worker_pids(server)) == 2
         assert answers(server.dns_port, name) == {("10.0.0.1",)}
         assert "ips:\n  - 10.0.0.1\n" in text
@@ -280,7 +281,7 @@ def test_workers_stop_when_the_supervisor_is_killed(tmp_path):
     """No orphan keeps the port with a table nobody updates: a worker whose supervisor died exits."""
     if not hasattr(socket, "SO_REUSEPORT"):
         pytest.skip("--workers needs SO_REUSEPORT")
-    with Server("--manifests", str(FIXTURES / "contract.yaml"), "--workers", "2") as server:
+    with McsdnsServer("--manifests", str(FIXTURES / "contract.yaml"), "--workers", "2") as server:
         pids = list(worker_pids(server).values())
         assert len(pids) == 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
         server.proc.kill()

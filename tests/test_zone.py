@@ -14,9 +14,9 @@ from mcsdns.zone import compiler
 from mcsdns.objects import convert
 from mcsdns.serve.resolve import Resolver
 from mcsdns.store import Changes, Store
-from testsupport.inprocess import build_resolver, build_table
+from testsupport.inprocess import ask, build_resolver, build_table
 from testsupport.objects import MCS, endpoint_slice, namespace, service_import
-from testsupport.serverproc import FIXTURES
+from testsupport.mcsdnsserver import FIXTURES
 
 
 def build(paths=None, namespaces=frozenset({"testns"}), ttl=5, zones=("clusterset.local",)) -> Resolver:
@@ -26,10 +26,6 @@ def build(paths=None, namespaces=frozenset({"testns"}), ttl=5, zones=("clusterse
 @pytest.fixture(scope="module")
 def resolver() -> Resolver:
     return build()
-
-
-def ask(resolver: Resolver, q: dns.message.Message, tcp: bool = False) -> dns.message.Message:
-    return dns.message.from_wire(resolver.handle(q.to_wire(), tcp))
 
 
 @pytest.mark.parametrize("c", MAIN, ids=lambda c: c.id)

@@ -22,7 +22,7 @@ import dns.zone
 import pytest
 import yaml
 
-from testsupport.serverproc import FIXTURES, ROOT, Server
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
 from testsupport.zonecompare import ZONE, answers_alike, questions, soa_fields
 from upstreams import Knot
 
@@ -66,7 +66,7 @@ def test_zone_file_loads_in_knot_and_answers_like_mcsdns(source: str, tmp_path: 
 
     asked, names = questions(text)
     assert names > 5, text
-    with Server("--manifests", str(manifests), "--ns-address", "127.0.0.1", *extra) as server, knot:
+    with McsdnsServer("--manifests", str(manifests), "--ns-address", "127.0.0.1", *extra) as server, knot:
         compared = answers_alike(server.dns_port, knot.port, asked)
         # The apex SOA: the same record but for the serial (each server's own change counter).
         ours_soa, knot_soa = soa_fields(server.dns_port), soa_fields(knot.port)

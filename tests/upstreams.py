@@ -5,7 +5,7 @@ is a UDP+TCP server in a thread that answers every A query with a fixed
 address after an optional delay, or swallows queries, and records what it
 received byte for byte (and, over UDP, from where). `Hostile` is a Fake that
 sends forged replies before each true one. `ForwardingServer` is the shared
-`serverproc.Server` with a readiness probe inside the zone, so a server whose
+`mcsdnsserver.McsdnsServer` with a readiness probe inside the zone, so a server whose
 upstreams are dead still counts as started.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import threading
 import time
@@ -28,7 +27,9 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from testsupport.serverproc import Server, free_port
+from testsupport.framing import FrameReader, frame
+from testsupport.mcsdnsserver import McsdnsServer
+from testsupport.testbed import free_port
 
 EXAMPLE_ZONE = """\
 $ORIGIN example.test.
@@ -193,18 +194,18 @@ class Fake:
     def _tcp_conn(self, conn: socket.socket) -> None:
         with conn:
             conn.settimeout(5)
+            reader = FrameReader(conn)
             try:
                 while not self._stop.is_set():
-                    head = conn.recv(2, socket.MSG_WAITALL)
-                    if len(head) < 2:
+                    data = reader.read()
+                    if data is None:
                         return
-                    data = conn.recv(struct.unpack(">H", head)[0], socket.MSG_WAITALL)
                     self.queries.append(data)
                     if self.mode == "swallow":
                         continue
                     if self.delay:
                         time.sleep(self.delay)
-                    conn.sendall(b"".join(struct.pack(">H", len(m)) + m for m in self.tcp_replies(data)))
+                    conn.sendall(b"".join(frame(m) for m in self.tcp_replies(data)))
             except OSError:
                 return
 
@@ -293,8 +294,8 @@ def dead_port() -> str:
     return f"127.0.0.1:{free_port()}"
 
 
-class ForwardingServer(Server):
-    """`mcsdns serve` that forwards (the tests of forwarding, metrics, lifecycle): serverproc.Server, ready
+class ForwardingServer(McsdnsServer):
+    """`mcsdns serve` that forwards (the tests of forwarding, metrics, lifecycle): mcsdnsserver.McsdnsServer, ready
     when the zone answers, so the upstreams see only the test's queries (the base probe is out of zone)."""
 
     def _answers(self) -> bool:

@@ -57,7 +57,7 @@ from mcsdns.zone.wire import error_reply
 from .cases import MAIN, Z, make_query
 from .inprocess import build_resolver
 from .objects import headless_service
-from .serverproc import FIXTURES
+from .mcsdnsserver import FIXTURES
 
 FUZZ_INPUTS = int(os.environ.get("MCSDNS_FUZZ_INPUTS", "100000"))
 FUZZ_SEED = int(os.environ.get("MCSDNS_FUZZ_SEED", "1645"))

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import dns.message
+
 from mcsdns.objects import convert
 from mcsdns.serve.resolve import Resolver
 from mcsdns.sources.manifests import ManifestSource
@@ -54,3 +56,11 @@ def build_resolver(manifests: Iterable[Path] = (), objects: Iterable[object] = (
                    **table_options) -> Resolver:
     """`build_table(...)` behind the resolver the server runs (`forwarding`: names outside the zones go upstream)."""
     return Resolver(build_table(manifests, objects, **table_options), forwarding=forwarding)
+
+
+def ask(resolver: Resolver, question: dns.message.Message | str, qtype: str = "A", *,
+        tcp: bool = False) -> dns.message.Message:
+    """The resolver's reply to `question` (a query, or a name asked for `qtype`), handled as a UDP or (`tcp`)
+    TCP query is, then parsed: the in-process way to ask what the server would answer."""
+    query = question if isinstance(question, dns.message.Message) else dns.message.make_query(question, qtype)
+    return dns.message.from_wire(resolver.handle(query.to_wire(), tcp))

@@ -19,7 +19,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from testsupport.serverproc import eventually
+from testsupport.polling import eventually
 from testsupport.testbed import free_port, stop_popen, testbin_coredns
 
 ZONE = "clusterset.local."

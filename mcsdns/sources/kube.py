@@ -43,7 +43,7 @@ from ..objects import ClusterProperty, EndpointSlice, Namespace, Object, Service
 from ..store import Store
 from .kubeapi import ApiConnection, load_configuration
 from .relist import DeleteGrace, Relist
-from .watching import (
+from .events import (
     Bookmark,
     Deleted,
     Event,
@@ -52,13 +52,11 @@ from .watching import (
     ListedPage,
     Problem,
     Rejected,
-    Resource,
     Upserted,
     UsingVersion,
-    Watcher,
     Watching,
-    resources,
 )
+from .watching import Resource, Watcher, resources
 
 if TYPE_CHECKING:  # asyncio is imported by `run`: `begin` runs before anything else needs it (cli)
     import asyncio

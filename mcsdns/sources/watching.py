@@ -6,7 +6,7 @@
         list()          or the paginated list, when the API server does not stream lists
         stream()        one watch stream from a resourceVersion
 
-Each runs on a worker thread and yields plain events (below); the source hands
+Each runs on a worker thread and yields events (events.py); the source hands
 them to the event loop, which alone touches the store. Raw JSON is converted to
 the small records of objects.py here, item by item, so a relist never holds
 more than a few pages of raw objects (the next is read while one is converted). The resourceVersion advances on every event,
@@ -38,18 +38,17 @@ bookmark or a change before the end marker) is listed in pages from then on;
 one that ends the stream before the marker (its timeoutSeconds, a shutdown) is
 listed in pages this time.
 
-Plain lists, where lists are not streamed (a server older than 1.32 has the WatchList
+List requests, where lists are not streamed (a server older than 1.32 has the WatchList
 feature gate off: it refuses sendInitialEvents with a 422): a paginated list with no
-resourceVersion is a consistent read from etcd, page by page -- at 10k imports that
-was twice CoreDNS's sync on 1.30, since client-go's reflector starts with
-resourceVersion=0, which the watch cache serves whole and at once (ignoring the limit).
-So the first list asks for resourceVersion=0 too, still with the limit: what the server
-answers decides the relists. A list of more than PAGE_SIZE objects answered in one
+resourceVersion is a consistent read from etcd, page by page, slower than client-go's
+reflector, which starts with resourceVersion=0, which the watch cache serves whole and at
+once (ignoring the limit). So the first list asks for resourceVersion=0 too, still with
+the limit: what the server answers decides the relists. A list of more than PAGE_SIZE objects answered in one
 response came from the watch cache, which pages nothing: relists then ask it for the
 whole list again, not older than what was seen (resourceVersion=<last>, NotOlderThan,
 no limit: a limit would send them to etcd), as client-go does; the response holds no
 more than the first list's did. A server that answers in pages is listed in pages,
-consistent reads, as before. The strategy in use is logged once per resource, and
+consistent reads. The strategy in use is logged once per resource, and
 again when the server's answers change it (`chose`).
 """
 
@@ -77,6 +76,19 @@ from ..objects import (
 )
 from . import decode
 from .ahead import ahead
+from .events import (
+    Bookmark,
+    Deleted,
+    Event,
+    Expired,
+    Listed,
+    ListedPage,
+    Problem,
+    Rejected,
+    Upserted,
+    UsingVersion,
+    Watching,
+)
 from .kubeapi import (
     JSON,
     LIST_TIMEOUT,
@@ -159,98 +171,6 @@ def resources(labels: str | None, cluster_properties: bool = False) -> tuple[Res
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the annotation of the bookmark ending a streamed list
 STREAM_LIST_CUTS = 3  # streamed lists cut or failed (5xx) before their end marker in a row: pages from then on
-
-
-# --------------------------------------------------------------------------- events
-
-
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """A complete list: the kind now holds exactly `objects`, plus the last good `keep`.
-
-    `whole`: no ListedPage came before it in this list (a list of one page), so it
-    starts a list of its own even where an earlier list was cut short unnoticed.
-    """
-
-    objects: list[Object]
-    keep: frozenset[ObjectKey]
-    resource_version: str
-    whole: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ListedPage:
-    """A page of a list that has more pages: upsert these now; the `Listed` ending the list sweeps.
-
-    `first` starts a new list; `keep` are the keys of objects on this page that
-    were rejected (their last good version stays, as if listed).
-    """
-
-    objects: list[Object]
-    keep: frozenset[ObjectKey]
-    first: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Upserted:
-    obj: Object
-    arrived: float  # time.monotonic() when the event was read: programming latency origin
-
-
-@dataclass(frozen=True, slots=True)
-class Deleted:
-    key: ObjectKey
-    arrived: float
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """An object DNS cannot represent; its last good version (if any) stays."""
-
-    ref: str  # "ServiceImport ns/name"
-    key: ObjectKey
-    reason: str  # low-cardinality metrics label: the field at fault
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Watching:
-    """A watch stream is open (the watch is up)."""
-
-    resource_version: str
-
-
-@dataclass(frozen=True, slots=True)
-class Bookmark:
-    """The server confirmed the state up to a resourceVersion."""
-
-    resource_version: str
-
-
-@dataclass(frozen=True, slots=True)
-class UsingVersion:
-    """Discovery picked the served API version of a resource."""
-
-    api_version: str
-
-
-@dataclass(frozen=True, slots=True)
-class Expired:
-    """410 Gone: the resourceVersion is too old; a relist follows at once."""
-
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """The resource cannot be listed or watched right now; a retry follows after `retry_in`."""
-
-    category: str  # unreachable, unauthorized, forbidden, not-installed, not-found, throttled, error
-    detail: str
-    retry_in: float
-
-
-Event = Listed | ListedPage | Upserted | Deleted | Rejected | Watching | Bookmark | UsingVersion | Expired | Problem
 
 
 def problem_for(resource: Resource, exc: ApiError, retry_in: float) -> Problem:
@@ -364,7 +284,7 @@ def object_key(raw: Any) -> ObjectKey | None:
 
 
 class NotStreamed(ApiError):
-    """The API server answered a streamed list as a plain watch: it ignores sendInitialEvents."""
+    """The API server answered a streamed list as an ordinary watch: it ignores sendInitialEvents."""
 
 
 def refuses_streaming(exc: ApiError) -> bool:
@@ -485,7 +405,7 @@ class Watcher:
             yield from self.stream_failed(exc)
         except ApiError as exc:
             if self._initial is not None and isinstance(exc, Forbidden):
-                return False  # RBAC may grant the list without the watch: the paginated list says (as before)
+                return False  # RBAC may grant the list without the watch: the paginated list says
             if self._initial is None or not refuses_streaming(exc):
                 raise
             self.watch_list = False
@@ -553,7 +473,7 @@ class Watcher:
                 self.listed_at = time.monotonic()
                 self.list_timeout = LIST_TIMEOUT
                 if cached:
-                    self.choose_plain(first, items)
+                    self.choose_relist(first, items)
                 yield Listed(objects, frozenset(keep), self.resource_version, whole=first)
                 return
             yield ListedPage(objects, frozenset(keep), first)
@@ -563,8 +483,8 @@ class Watcher:
                 return
         # Ended before its last page: stopping (a list cut short never sweeps).
 
-    def choose_plain(self, first: bool, items: int) -> None:
-        """What a plain list's answer says about the server's lists (module docstring): relist whole or in pages."""
+    def choose_relist(self, first: bool, items: int) -> None:
+        """What a list request's answer says about the server's lists (module docstring): relist whole or in pages."""
         refused = f"{self.refused}; " if self.refused else ""
         if not first:
             self.whole_from_cache = False

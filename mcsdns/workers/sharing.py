@@ -21,7 +21,8 @@ still share. Answers stay byte for byte the same (same bodies, same keys).
 from __future__ import annotations
 
 from ..zone import vocab
-from ..zone.table import Table, collector_paused
+from ..zone.schedule import collector_paused
+from ..zone.table import Table
 from ..zone.wire import Body
 
 # Question types in layout order; every other type follows them.

@@ -32,7 +32,8 @@ from dnslib import RR, DNSBuffer
 
 from ..store import ServiceKey
 from ..zone.compiler import Service
-from ..zone.table import SERIAL_MASK, Table
+from ..zone.serial import SERIAL_MASK
+from ..zone.table import Table
 from ..zone.vocab import difference
 from .zonefile import Owned, as_rr, owned_records
 

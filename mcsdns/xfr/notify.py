@@ -37,7 +37,8 @@ import dns.tsig
 
 from ..config import hostport_text
 from ..zone import vocab
-from .transfer import Transfers, sign_request
+from .transfer import Transfers
+from .tsig import sign_request
 
 log = logging.getLogger(__name__)
 

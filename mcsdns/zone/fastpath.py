@@ -22,7 +22,7 @@ from typing import Callable
 from ..objects import PROTOCOLS, ServiceImport
 from .compiler import LOCAL_PRIORITY
 from .vocab import AAAA, CLASS_IN, NOERROR, SRV, A
-from .wire import _QUESTION, AA, RR_FIXED, SRV_FIXED, Body, _address_record, encode_labels, pointer, service_labels
+from .wire import AA, QUESTION_POINTER, RR_FIXED, SRV_FIXED, Body, address_record, encode_labels, pointer, service_labels
 
 # Beyond this many IPs or ports the general path compiles the service (the answers stay far from
 # any size limit here, so no record is ever cut: see REPLY_RECORDS_MAX and MAX_TCP there).
@@ -68,9 +68,9 @@ def answers(imp: ServiceImport, zones: tuple[bytes, ...], ttl: int, negative: Ne
     for ip in ips:
         if ":" in ip and "." not in ip:
             if ip not in v6:
-                v6[ip] = _address_record(AAAA, ttl, ip)
+                v6[ip] = address_record(AAAA, ttl, ip)
         elif ip not in v4:
-            v4[ip] = _address_record(A, ttl, ip)
+            v4[ip] = address_record(A, ttl, ip)
     if v4 and v6:
         glue = [v4[ip] if ip in v4 else v6[ip] for ip in dict.fromkeys(ips)]
     else:
@@ -135,7 +135,7 @@ def _addresses(records: list[bytes]) -> tuple[int, bytes, tuple[int, ...]]:
     body = bytearray()
     ends = []
     for record in records:
-        body += _QUESTION
+        body += QUESTION_POINTER
         body += record
         ends.append(len(body))
     return len(records), bytes(body), tuple(ends)
@@ -155,7 +155,7 @@ def _srv(numbers: list[int], weight: int, spelled: bytes, zone: bytes, ttl: int,
     ends = []
     slots = []
     for number in numbers:
-        body += _QUESTION
+        body += QUESTION_POINTER
         slots.append(len(body) + 16 + len(spelled))  # where the zone is spelled, to re-case per query
         body += fixed
         body += SRV_FIXED.pack(LOCAL_PRIORITY, weight, number)  # a ClusterSetIP entry is never remote

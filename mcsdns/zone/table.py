@@ -9,41 +9,23 @@ so a query never sees half a service.
 The table is also the `ZoneView` the zone logic reads for names it did not
 compile, so compiled and per-query answers come from the same objects.
 
-Nothing is compiled before the store's initial sync: the first lists of a
-kube source arrive kind by kind (ServiceImports, then EndpointSlices would
-compile every service twice), so their changes are collected and every
-service is compiled once when the store reports the sync. Until then queries
-take the zone logic, which answers the same from the same objects. After the
-sync every change is compiled as it arrives. Except that a service which looks
-complete while the lists still run (`_compile_early`: its import and slices
-in, the list past it) is compiled then, in the time the lists wait for the API
-server's next page, and the sync compiles only the services not compiled since
-their last change: still once each when each service's objects come together
-(not in a server's table, below: there the sync compiles nothing).
-
-A server (`App`, which sets `defer`) does not wait for the sync's compile either:
-it answers as soon as the store is synced, and the services not compiled yet
-(`behind`) are compiled in slices between queries (`compile_behind`). A question
-that reaches one of them first compiles it on the spot (`catch_up`, which the
-resolver calls before anything decides from the compiled indexes), so every reply
-is the one the compiled table gives, from the first query on; what the deferral
-saves is the time before the first one (the whole compile at 50,000 imports: ~1.7 s).
+When the table compiles (held back until the initial sync, or left `behind` and compiled
+between queries) is `schedule.Schedule`'s, which the table is built on.
 """
 
 from __future__ import annotations
 
-import functools
-import gc
 import logging
 import struct
-import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Iterator, Protocol, TypeVar
+from typing import Callable, Iterable, Protocol
 
 from ..objects import EndpointSlice, ServiceImport
 from ..store import Changes, ServiceKey, Store
 from . import compiler, fastpath, reverse, vocab
 from .compiler import Service
+from .schedule import Schedule, collector_paused, label_starts, service_key
+from .serial import SERIAL_MASK, SerialLog, clock_serial, next_serial
 from .wire import AA, Body, NameCache, Renderer, encode_labels, service_labels, soa_record
 
 
@@ -66,60 +48,11 @@ class NameIndex(Protocol):
 
 log = logging.getLogger(__name__)
 
-Method = TypeVar("Method", bound=Callable[..., object])
-
-
-def collector_paused(method: Method) -> Method:
-    """`method` run with Python's cyclic garbage collector paused (unless it is off already).
-
-    Compiling allocates objects by the hundred thousand (1000 endpoints x 100 ports: 100,000
-    entries and SRV records) and frees them by reference counting, with no cycles among them;
-    the collector, triggered by the allocations alone, would scan them (and every object the
-    table holds) over and over for nothing: a fifth of such a compile. The pause lasts one call.
-    """
-
-    @functools.wraps(method)
-    def paused(*args: object, **kwargs: object) -> object:
-        if not gc.isenabled():
-            return method(*args, **kwargs)
-        gc.disable()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            gc.enable()
-
-    return paused  # type: ignore[return-value]
-
-
 QTYPE_IN = {t: struct.pack(">HH", t, vocab.CLASS_IN) for t in compiler.COMPILED_TYPES}
 PTR_IN = struct.pack(">HH", vocab.PTR, vocab.CLASS_IN)
 # Per service, how many answers computed on first query (per-endpoint names, odd
 # spellings) are kept; bounds memory against clients walking random names.
 LAZY_LIMIT = 4096
-
-
-class SerialLog(Protocol):
-    """What the table tells of its serial changes (journal.Journal, IXFR's history)."""
-
-    def reset(self, serial: int) -> None: ...  # the initial sync
-
-    def record(self, services: Iterable[ServiceKey], before: int, after: int) -> None: ...
-
-    def renumber(self, before: int, after: int) -> None: ...  # set_serial: the same contents, another serial
-
-
-def clock_serial() -> int:
-    """The SOA serial a change made now may take (decision 9): the Unix time in milliseconds, written
-    modulo 2**32 (RFC 1982 arithmetic: a serial is newer while less than 2**31 ms, 24.8 days, ahead,
-    far beyond the SOA expire of one day). Each change takes max(previous + 1, this), so the serial
-    runs ahead of the clock only while changes come faster than 1,000 a second, and catches up when
-    they slow; a restarted process, which takes its first serial from the clock after its sync,
-    therefore starts above every serial the one before it gave out (docs/transfers.md)."""
-    return int(time.time() * 1000)
-
-
-MAX_SERIAL_STEP = 2**31 - 1  # the largest step RFC 1982 reads as newer
-SERIAL_MASK = 0xFFFFFFFF  # a serial as the SOA writes it: 32 bits
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +70,7 @@ class TableConfig:
 Compiled = dict[ServiceKey, "list[tuple[bytes, Body]] | None"]
 
 
-class Table:
+class Table(Schedule):
     def __init__(self, config: TableConfig, store: Store) -> None:
         self.config = config
         self.store = store
@@ -173,19 +106,8 @@ class Table:
         # `svc.<zone>` (wire form) of the same zones -> the zone: `<a>.<b>.svc.<zone>` not in
         # `children` is a service that is not compiled, NXDOMAIN for every type but SOA too.
         self.svc_suffixes: dict[bytes, bytes] = {b"\x03svc" + z: z for z in self._child_zones}
-        # Until the initial sync nothing is compiled (see the module docstring); this keeps the
-        # trigger times of the changes held back, for the programming-latency metric. None after.
-        self._deferred: dict[ServiceKey, str] | None = None if store.synced_all else {}
-        self._early: set[ServiceKey] = set()  # compiled before the sync, and current (see _compile_early)
-        self._pending: set[ServiceKey] = set()  # changed by the last page, compiled after the next
         self.use_fastpath = True  # ClusterSetIP services take fastpath.py's one pass (tests turn it off to compare)
-        # True (App): the sync compiles only what is needed at once and leaves the rest `behind`, for
-        # `compile_behind` and `catch_up` (the module docstring). Not with --reverse-cidr: its PTR index
-        # is filled by compiling, and a PTR question names an address, not the service to catch up.
-        self.defer = False
-        self.behind: set[ServiceKey] = set()  # synced, served, not compiled yet (and so not in `owned`)
-        self._behind_keys: Iterator[ServiceKey] | None = None  # `behind` in compile order (a set has none)
-        self.on_behind: Callable[[], None] | None = None  # the sync left services behind (App compiles them)
+        self._begin_schedule()
         self._compile_apex()
 
     # ----------------------------------------------------------------- ZoneView
@@ -202,7 +124,7 @@ class Table:
 
     def service_of(self, imp: ServiceImport, slices: tuple[EndpointSlice, ...], local: str | None) -> Service:
         """The Service answers see for `imp` and its `slices` with the local cluster `local` (`service`,
-        and a zone transfer's snapshot of the store, transfer.py)."""
+        and a zone transfer's snapshot of the store, xfr/stream.py)."""
         if self.config.ips_from_slices and not imp.headless and not imp.ips:
             # The one place the opt-in acts (decision 13): every answer, the plain lane, PTR and the
             # zone file take the service from here. A slice change recompiles the service already.
@@ -221,16 +143,6 @@ class Table:
     @property
     def synced(self) -> bool:
         return self.store.synced_all
-
-    @property
-    def deferring(self) -> bool:
-        """`defer` in effect: not with --reverse-cidr (see `defer`)."""
-        return self.defer and not self.reverse_zones
-
-    @property
-    def settled(self) -> bool:
-        """Synced, and every service compiled: `owned` and `children` then tell every absent name."""
-        return self.store.synced_all and not self.behind
 
     # ----------------------------------------------------------------- SOA
 
@@ -266,14 +178,7 @@ class Table:
         worker gets its supervisor's, see `updates`); those are put in place (`install`), not rendered.
         """
         if self._deferred is not None:
-            for key, trigger in changes.triggers.items():
-                if trigger is not None:
-                    self._deferred.setdefault(key, trigger)
-            if self.store.synced_all:
-                triggers, self._deferred = self._deferred, None
-                self._compile_everything(triggers)
-            else:
-                self._compile_early(changes)
+            self._hold(changes)  # before the initial sync (schedule.py)
             return
         if not (changes.services or changes.namespaces or self.config.local_cluster == "auto"):
             return  # a ClusterProperty nobody asked about (no --local-cluster auto): nothing to recompile
@@ -302,53 +207,9 @@ class Table:
             for kind, stamp in changes.stamps:
                 self.on_stamped(kind, stamp)
 
-    def _compile_early(self, changes: Changes) -> None:
-        """Before the sync: compile the services that look complete, in the time the lists wait for pages.
-
-        Lists come in key order (namespace, name), and a service's slices are named after it, so
-        once a later page arrived the services of the page before have all their slices: each page
-        compiles the services the previous one touched (with an import and a slice by now, and not
-        touched again since). Once every kind but ServiceImport is listed, a service is complete
-        when its import arrives and is compiled at once. A service compiled here and changed after
-        (a slice on a later page, a namespace change) is simply no longer current: it is compiled
-        again or left to the sync, which compiles every service not compiled here since its last
-        change. Not with --local-cluster auto (the order by locality may change at the sync), nor
-        before the Namespaces are listed (every service would look unexposed).
-        """
-        store = self.store
-        if self.deferring:
-            return  # compiled after the sync, while serving: here it would only delay the sync (one CPU for both)
-        if self.config.local_cluster == "auto" or "Namespace" in store.required - store.synced:
-            return
-        self._early -= changes.services
-        if changes.namespaces:
-            self._early = {k for k in self._early if k[0] not in changes.namespaces}
-        if store.required - store.synced == {"ServiceImport"}:
-            ready, self._pending = self._pending | changes.services, set()
-        else:
-            ready, self._pending = self._pending - changes.services, set(changes.services)
-        for key in ready:
-            if key in store.imports and key in store.by_service and key[0] not in changes.namespaces:
-                self.compile(key)
-                self._early.add(key)
-
-    @collector_paused
-    def _compile_everything(self, triggers: dict[ServiceKey, str]) -> None:
-        """The initial sync: compile every service once (but those compiled early and still current)."""
-        started = time.monotonic()
-        self.local = self._local_cluster()
-        early, self._early, self._pending = self._early, set(), set()
-        left: list[ServiceKey] = []
-        defer = self.deferring  # (then nothing was compiled early: `owned` is empty)
-        for key in [*self.store.imports, *(k for k in self.owned if k not in self.store.imports)]:
-            if key in early:
-                continue
-            if defer:
-                left.append(key)
-            else:
-                self.compile(key)
-        self.behind = set(left)
-        self._behind_keys = iter(left) if left else None
+    def _synced(self, triggers: dict[ServiceKey, str]) -> None:
+        """The initial sync's compile is done (`Schedule._compile_everything`): the programming times of
+        the changes held back, DNS-SD's full index, the first serial."""
         if self.on_programmed is not None:
             for key, trigger in triggers.items():
                 imp = self.store.imports.get(key)
@@ -356,53 +217,12 @@ class Table:
         if self.dnssd is not None:
             self.dnssd.full()
         self.bump(None)
-        log.info("synced: compiled %d services in %.2fs%s", len(self.store.imports) - len(self.behind),
-                 time.monotonic() - started, f", {len(self.behind)} more to compile while serving" if self.behind else "")
-        if self.behind and self.on_behind is not None:
-            self.on_behind()
-
-    def compile_behind(self, budget: float) -> bool:
-        """Compile services left `behind` by the sync, for about `budget` seconds (at least one
-        service); True while some are left. The end makes a new generation: the resolver's
-        shortcuts that read `children` wait for it (`settled`)."""
-        if self._behind_keys is None:
-            return False
-        deadline = time.monotonic() + budget
-        behind = self.behind
-        for key in self._behind_keys if behind else ():
-            if key in behind:  # (else compiled since: a change, or a question's `catch_up`)
-                self.compile(key)
-                if not behind or time.monotonic() >= deadline:
-                    break
-        if behind:
-            return True
-        self._behind_keys = None
-        self.generation += 1
-        log.info("compiled every service (%d)", len(self.owned))
-        return False
-
-    def catch_up(self, lname: bytes, zone_len: int) -> None:
-        """Compile now the service whose names `lname` (lower case, below a served zone `zone_len`
-        bytes long) could be, if it is `behind`: `<service>.<namespace>.svc.<zone>` and the names one
-        and two labels below it, exactly those `absent` decides from `owned`."""
-        end = len(lname) - zone_len
-        starts = _label_starts(lname, end)
-        if not 3 <= len(starts) <= 5 or lname[starts[-1] : end] != b"\x03svc":
-            return
-        self.catch_up_service(_service_key(lname, starts))
-
-    def catch_up_service(self, key: ServiceKey) -> None:
-        """`catch_up` for a service named by its key (the discovery endpoints read its compiled names)."""
-        if key in self.behind:
-            self.compile(key)
 
     def bump(self, services: Iterable[ServiceKey] | None) -> None:
         """A new serial (decision 9, `clock_serial`) for a change to `services` (None: the initial sync)."""
         before = self.serial
         self.generation += 1
-        # Never a step of 2**31 or more: written modulo 2**32, it would read as older (RFC 1982), as
-        # after a quiet spell of 24.8 days; the clock is caught up over later changes instead.
-        self.serial = max(self.serial + 1, min(clock_serial(), self.serial + MAX_SERIAL_STEP))
+        self.serial = next_serial(self.serial)
         if self.journal is not None:
             if services is None:
                 self.journal.reset(self.serial)
@@ -585,7 +405,7 @@ class Table:
         if self.dnssd is not None and self.dnssd.exists(lname):
             return False  # --dns-sd: a browsing name (NODATA for the types it has no records of)
         end = len(lname) - zone_len
-        starts = _label_starts(lname, end)
+        starts = label_starts(lname, end)
         count = len(starts)
         if not count:
             return False  # the apex
@@ -593,7 +413,7 @@ class Table:
         if last == b"\x03svc":
             if count <= 2 or count >= 6:
                 return count >= 6
-            if _service_key(lname, starts) not in self.owned:
+            if service_key(lname, starts) not in self.owned:
                 return True
             return count == 4
         
@@ -638,21 +458,6 @@ def _sole_zones(zones: tuple[bytes, ...], reverse_zones: frozenset[bytes]) -> tu
     others = zones + tuple(reverse_zones)
     return tuple(z for z in zones if not any(o != z and o.endswith(z) for o in others)
                  and not any(z.endswith(r) for r in reverse_zones))
-
-
-def _label_starts(lname: bytes, end: int) -> list[int]:
-    """Where each label of `lname` (wire form, valid) starts, up to `end` (where its zone starts)."""
-    starts: list[int] = []
-    i = 0
-    while i < end:
-        starts.append(i)
-        i += lname[i] + 1
-    return starts
-
-
-def _service_key(lname: bytes, starts: list[int]) -> ServiceKey:
-    """(namespace, service) of `<service>.<namespace>.svc` ending at `starts[-1]` (`_label_starts`)."""
-    return (lname[starts[-2] + 1 : starts[-1]].decode("latin-1"), lname[starts[-3] + 1 : starts[-2]].decode("latin-1"))
 
 
 def _label_boundary(lname: bytes, at: int) -> bool:

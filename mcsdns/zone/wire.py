@@ -242,10 +242,10 @@ class Body(NamedTuple):
     split: int = 0  # --local-cluster: the first `split` answer records are the local group (0: one group)
 
 
-_QUESTION = b"\xc0\x0c"  # a pointer to the question name, the owner of most records
+QUESTION_POINTER = b"\xc0\x0c"  # a pointer to the question name, the owner of most records
 
 
-def _address_record(rtype: int, ttl: int, text: str) -> bytes:
+def address_record(rtype: int, ttl: int, text: str) -> bytes:
     """Type, class, TTL, length and address of an A/AAAA record (an IPv4-mapped IPv6 A as its IPv4)."""
     if rtype == A:
         try:
@@ -405,7 +405,7 @@ class Renderer:
         for rec in ans.answer + ans.additional:
             rtype, owner, ttl, data = rec.rtype, rec.owner, rec.ttl, rec.data
             if owner is None:
-                out += _QUESTION
+                out += QUESTION_POINTER
             else:
                 # SRV targets already written (`targets`): glue owners point there, as miekg/dns
                 # compresses them, so the same records fit a size limit as in CoreDNS.
@@ -415,7 +415,7 @@ class Renderer:
                 key = (rtype, ttl, data)
                 fixed = addresses.get(key)
                 if fixed is None:
-                    fixed = addresses[key] = _address_record(rtype, ttl, data)
+                    fixed = addresses[key] = address_record(rtype, ttl, data)
                 out += fixed
             elif rtype == SRV:
                 prio, weight, port, target = data  # type: ignore[misc]

@@ -28,7 +28,7 @@ import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 
-from .dnsclient import Ask, exchange
+from .dnsclient import Ask, Server, exchange
 
 
 @dataclass(frozen=True)
@@ -277,9 +277,9 @@ def _address_only(r: Reply) -> bool:
 # --------------------------------------------------------------------------- running both
 
 
-def ask_both(ports: tuple[int, int], asks: list[Ask], **kw) -> tuple[list[Reply], list[Reply]]:
+def ask_both(ports: tuple[Server, Server], asks: list[Ask], **kw) -> tuple[list[Reply], list[Reply]]:
     """The same questions to both servers at once; normalized replies in question order."""
-    def timed(port: int):
+    def timed(port: Server):
         started = time.monotonic()
         replies = exchange(port, asks, **kw)
         return replies, time.monotonic() - started
@@ -388,9 +388,11 @@ class Tally:
 TALLY = Tally()
 
 
-def compare(phase: str, ports: tuple[int, int], items: list[tuple[tuple[str, ...], Ask]], ds, *,
-            tally: Tally | None = TALLY, record: bool = True) -> list[Difference]:
+def compare(phase: str, ports: tuple[Server, Server], items: list[tuple[tuple[str, ...], Ask]], ds, *,
+            tally: Tally | None = TALLY, record: bool = True, ns_address: str | None = None) -> list[Difference]:
     """Ask both servers (CoreDNS first in `ports`), classify each difference; all differences returned.
+
+    `ns_address`: what mcsdns advertises (--ns-address; default the harness's loopback one).
 
     For a question about a service with a twin (generator.Dataset.twins), CoreDNS is also
     asked the same question about the twin: the decisions expect that reply from mcsdns.
@@ -419,7 +421,7 @@ def compare(phase: str, ports: tuple[int, int], items: list[tuple[tuple[str, ...
         if i in twin_replies:
             low = tuple(x.lower() for x in labels)
             twin = map_twin(twin_replies[i], twins[i][0], low[-3], low[-2])
-        return Context(form, tags, ask, coredns[i], twin, NS_ADDRESS)
+        return Context(form, tags, ask, coredns[i], twin, ns_address or NS_ADDRESS)
 
     # A lost datagram on a busy machine is not a difference: ask again, patiently, where a server
     # seemed silent and no decision expects what the other said (a server that never answers a

@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 
 import mcsdns
-from testsupport.serverproc import FIXTURES
+from testsupport.mcsdnsserver import FIXTURES
 from testsupport.testbed import Testbed
 
 from . import compare

@@ -13,7 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testsupport.serverproc import free_port, http_get
+from testsupport.mcsdnsserver import http_get
+
+from testsupport.testbed import free_port
 
 import dns.exception
 import dns.message

@@ -27,6 +27,13 @@ import dns.rdatatype
 UDP, UDP_EDNS, TCP = "udp", "udp+edns", "tcp"
 TRANSPORTS = (UDP, UDP_EDNS, TCP)
 
+# A server: a port on 127.0.0.1, or (address, port) for one elsewhere (a pod of the one-node cluster).
+Server = int | tuple[str, int]
+
+
+def address(server: Server) -> tuple[str, int]:
+    return ("127.0.0.1", server) if isinstance(server, int) else server
+
 
 @dataclass(frozen=True)
 class Ask:
@@ -57,9 +64,10 @@ class Ask:
         return f"{self.qname} {self.qtype} over {self.transport}{edns}"
 
 
-def exchange(port: int, asks: list[Ask], *, timeout: float = 1.0, retries: int = 1,
+def exchange(port: Server, asks: list[Ask], *, timeout: float = 1.0, retries: int = 1,
              window: int = 64, tcp_chunk: int = 40, tcp_connections: int = 4) -> list[bytes | None]:
-    """Send every question to 127.0.0.1:port; the i-th reply (or None) for the i-th question.
+    """Send every question to 127.0.0.1:port (or to (address, port)); the i-th reply (or None) for
+    the i-th question.
 
     A question the server never answers costs `timeout` x (1 + `retries`) over UDP and
     `timeout` after the last reply on its TCP connection (CoreDNS stays silent when it
@@ -78,12 +86,12 @@ def exchange(port: int, asks: list[Ask], *, timeout: float = 1.0, retries: int =
     return replies
 
 
-def _udp(port: int, asks: list[Ask], todo: list[int], replies: list[bytes | None], timeout: float,
+def _udp(port: Server, asks: list[Ask], todo: list[int], replies: list[bytes | None], timeout: float,
          retries: int, window: int) -> None:
-    rng = random.Random(port)
+    rng = random.Random(address(port)[1])
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    sock.connect(("127.0.0.1", port))
+    sock.connect(address(port))
     sock.setblocking(False)
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
@@ -143,7 +151,7 @@ def _same_question(query: bytes, reply: bytes) -> bool:
     return reply[12:end] == query[12:end]
 
 
-def _tcp(port: int, asks: list[Ask], chunk: list[int], replies: list[bytes | None], timeout: float) -> None:
+def _tcp(port: Server, asks: list[Ask], chunk: list[int], replies: list[bytes | None], timeout: float) -> None:
     """Pipeline `chunk` on one connection; retried once on a new one only if nothing came back."""
     for _attempt in range(2):
         ids = {}
@@ -155,7 +163,7 @@ def _tcp(port: int, asks: list[Ask], chunk: list[int], replies: list[bytes | Non
             out += struct.pack(">H", len(wire)) + wire
         got = 0
         try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+            sock = socket.create_connection(address(port), timeout=timeout)
         except OSError:
             continue
         try:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from testsupport.serverproc import Server
-from testsupport.serverproc import eventually as _eventually
+from testsupport.mcsdnsserver import McsdnsServer
 from testsupport.testbed import ApiError, Testbed
 
 from . import compare
@@ -86,7 +85,7 @@ def merge(name: str, *datasets: Dataset) -> Dataset:
 # --------------------------------------------------------------------------- mcsdns
 
 
-class CompatServer(Server):
+class CompatServer(McsdnsServer):
     """`mcsdns serve` against the testbed (or, for debugging, a dump of it): the mcsdns side of each
     differential pair (CoreDNS is the other), with --upstream none and the contract's --ns-address."""
 
@@ -162,8 +161,3 @@ class World:
     def refresh(self) -> None:
         for server in (self.mcsdns_all, self.mcsdns_testns):
             server.refresh()
-
-
-def eventually(check, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
-    """The shared poller with the slower defaults two servers syncing from one API need."""
-    return _eventually(check, timeout, interval, what)

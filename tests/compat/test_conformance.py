@@ -41,7 +41,7 @@ import dns.rdatatype
 import pytest
 
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
-from testsupport.serverproc import eventually as _eventually
+from testsupport.polling import eventually
 
 from .coredns import Block, CoreDNS
 from .harness import CompatServer, World
@@ -248,15 +248,16 @@ def addresses(port: int, name: str, rdtype: str) -> list[str]:
     return [rd.address for rd in records(lookup(port, name, rdtype), rdtype)]
 
 
-def eventually(check, what: str):
-    """The suite's Eventually(..., 20s, 1s), polling faster; `check` returns (ok, detail), detail is returned."""
+def settles(check, what: str):
+    """The suite's Eventually(..., 20s, 1s) on the shared poller, polling faster; `check` returns (ok, detail),
+    detail is returned and shown on failure."""
     last: list = [None]
 
     def ok() -> bool:
         done, last[0] = check()
         return done
 
-    _eventually(ok, EVENTUALLY, 0.2, what=lambda: f"{what} (last detail: {last[0]})")
+    eventually(ok, EVENTUALLY, 0.2, what=lambda: f"{what} (last detail: {last[0]})")
     return last[0]
 
 
@@ -282,7 +283,7 @@ def test_clusterip_name_resolves_to_each_clusterset_ip(case) -> None:
     name = setup.fqdn(setup.clusterip.ns)
     for ip in setup.clusterip.ips:
         rdtype = rdtype_of(family_of(ip))
-        eventually(lambda ip=ip, rdtype=rdtype: (ip in (got := addresses(port, name, rdtype)), got),
+        settles(lambda ip=ip, rdtype=rdtype: (ip in (got := addresses(port, name, rdtype)), got),
                    f"{name} {rdtype} contains {ip}")
 
 
@@ -294,7 +295,7 @@ def test_clusterip_srv_returns_exactly_one_record(case) -> None:
     def check():
         found = [(rd.port, rd.target.to_text().rstrip(".").lower()) for rd in records(lookup(port, name, "SRV"), "SRV")]
         return found == [(42, name.rstrip("."))], found
-    eventually(check, f"{name} SRV has exactly one record")
+    settles(check, f"{name} SRV has exactly one record")
 
 
 def test_cluster_local_name_resolves_only_the_local_service(case, world: World) -> None:
@@ -309,7 +310,7 @@ def test_cluster_local_name_resolves_only_the_local_service(case, world: World) 
         return
     cluster_ip = world.testbed.get("v1", "Service", ns, "hello")["spec"]["clusterIP"]
     rdtype = rdtype_of(family_of(cluster_ip))
-    eventually(lambda: (cluster_ip in (got := addresses(port, name, rdtype)), got), f"{name} {rdtype} contains {cluster_ip}")
+    settles(lambda: (cluster_ip in (got := addresses(port, name, rdtype)), got), f"{name} {rdtype} contains {cluster_ip}")
 
 
 # --------------------------------------------------------------------------- headless_service_dns.go
@@ -321,7 +322,7 @@ def test_headless_name_returns_exactly_the_ready_addresses(case) -> None:
     name = setup.fqdn(setup.headless_ns)
     for local in setup.headless_local:
         rdtype, want = rdtype_of(local["addressType"]), ready(local)
-        eventually(lambda rdtype=rdtype, want=want: ((got := sorted(addresses(port, name, rdtype))) == want, got),
+        settles(lambda rdtype=rdtype, want=want: ((got := sorted(addresses(port, name, rdtype))) == want, got),
                    f"{name} {rdtype} == {want}")
 
 
@@ -334,7 +335,7 @@ def test_statefulset_hostname_names_resolve_to_their_endpoint(case) -> None:
         for ep in sl["endpoints"]:
             name = f"{ep['hostname']}.{cluster}.hello.{setup.sts_ns}.svc.{setup.domain}."
             want = sorted(ep["addresses"])
-            eventually(lambda name=name, want=want: ((got := sorted(addresses(port, name, rdtype))) == want, got),
+            settles(lambda name=name, want=want: ((got := sorted(addresses(port, name, rdtype))) == want, got),
                        f"{name} {rdtype} == {want}")
 
 
@@ -350,7 +351,7 @@ def test_headless_srv_has_one_record_per_endpoint_and_family(case) -> None:
         ok = (len(srv) == len(hosts)
               and all(any(t.startswith(h) and rd.port == 42 for rd, t in zip(srv, targets)) for h in hosts))
         return ok, [(rd.port, t) for rd, t in zip(srv, targets)]
-    eventually(check, f"{name} SRV: one per endpoint and family ({len(hosts)})")
+    settles(check, f"{name} SRV: one per endpoint and family ({len(hosts)})")
 
 
 # --------------------------------------------------------------------------- connectivity.go
@@ -361,7 +362,7 @@ def test_service_that_is_not_exported_does_not_resolve(case) -> None:
     does not exist, for each family (its namespace does, so this is not a missing namespace)."""
     setup, port, _ = case
     ns = setup.unexported_ns
-    eventually(lambda: (lookup(port, f"{ns}.svc.{setup.domain}.", "A").rcode() == dns.rcode.NOERROR, None),
+    settles(lambda: (lookup(port, f"{ns}.svc.{setup.domain}.", "A").rcode() == dns.rcode.NOERROR, None),
                f"{ns}.svc.{setup.domain} exists")
     for family in setup.families:
         reply = lookup(port, setup.fqdn(ns), rdtype_of(family))
@@ -378,5 +379,5 @@ def test_exported_service_is_reached_through_dns(case, spec: str) -> None:
     name = setup.fqdn(export.ns)
     for ip in export.ips:
         rdtype = rdtype_of(family_of(ip))
-        eventually(lambda ip=ip, rdtype=rdtype: ((got := addresses(port, name, rdtype)) == [ip], got),
+        settles(lambda ip=ip, rdtype=rdtype: ((got := addresses(port, name, rdtype)) == [ip], got),
                    f"{name} {rdtype} == [{ip}]")

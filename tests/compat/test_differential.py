@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from testsupport.cases import MAIN, check, make_query
 from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
+from testsupport.polling import eventually
 
 from . import compare
 from .compare import Difference
-from .harness import SEED, SOURCE, Unsynced, World, eventually
+from .harness import SEED, SOURCE, Unsynced, World
 from .decisions import DECISIONS
 from .dnsclient import TCP, UDP, UDP_EDNS, Ask, exchange
 from .generator import (
@@ -252,7 +253,7 @@ def test_updates_and_deletes_converge(world: World) -> None:
     for qname, qtype, ok in sentinels:
         ask = Ask(qname, qtype, UDP_EDNS, 1232)
         eventually(lambda: all(ok(r) for r in (x[0] for x in compare.ask_both(world.ports_all, [ask]))),
-                   timeout=60, what=f"{qname} {qtype} changed on both servers")
+                   timeout=60, interval=0.2, what=f"{qname} {qtype} changed on both servers")
 
     label_sets = names(world.everything) + [(new_ns, "svc"), ("late", new_ns, "svc"),
                                             ("l0", "north", "late", new_ns, "svc")]

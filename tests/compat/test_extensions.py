@@ -19,11 +19,12 @@ import dns.message
 import dns.rdatatype
 import pytest
 
-from testsupport.serverproc import record_sets
+from testsupport.mcsdnsserver import record_sets
+from testsupport.polling import eventually
 
 from .dnsclient import TCP, UDP_EDNS, exchange
 from .generator import SOURCE_CLUSTER, asks, names
-from .harness import SEED, CompatServer, World, eventually
+from .harness import SEED, CompatServer, World
 
 LOCAL = "east"
 FLAGS = ("--local-cluster", LOCAL, "--reverse-cidr", "10.0.0.0/8", "--reverse-cidr", "fd00::/8")
@@ -62,7 +63,7 @@ def addresses_by_locality(world: World) -> tuple[set[str], set[str]]:
 
 @pytest.mark.slow
 def test_flags_on_same_answer_sets_as_coredns(world: World, flagged: CompatServer) -> None:
-    eventually(lambda: flagged.http("/ready")[0] == 200, 60, what="the flagged mcsdns synced")
+    eventually(lambda: flagged.http("/ready")[0] == 200, 60, 0.2, what="the flagged mcsdns synced")
     questions = [ask for _, ask in asks(names(world.everything), SEED, transports=(UDP_EDNS, TCP))]
     coredns, plain, with_flags = (exchange(port, questions) for port in
                                   (world.ports_all[0], world.mcsdns_all.dns_port, flagged.dns_port))

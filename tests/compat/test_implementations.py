@@ -18,12 +18,13 @@ from typing import Iterator
 import pytest
 
 from mcsdns.admin.orphans import SWEEP_SECONDS
+from testsupport.polling import eventually
 from testsupport.testbed import ApiError
 
 from . import compare
 from .dnsclient import UDP_EDNS, Ask
 from .generator import MCS, ZONE, Dataset, asks, names
-from .harness import SEED, CompatServer, World, eventually
+from .harness import SEED, CompatServer, World
 from .implementations import EXTRA_NAMES, NS, STATUSES, USER_VIEW, implementations
 from .test_differential import report, unexpected
 
@@ -57,7 +58,8 @@ def loaded(world: World) -> Iterator[tuple[World, Dataset]]:
         if status is not None:
             world.testbed.apply_status(obj, status)
     world.refresh()
-    eventually(lambda: _user_view_holds(world), timeout=60, what="both servers answer every implementation's names")
+    eventually(lambda: _user_view_holds(world), timeout=60, interval=0.2,
+               what="both servers answer every implementation's names")
     yield world, ds
 
 
@@ -108,7 +110,7 @@ def test_explain_names_the_orphan_slice_and_the_import_status(loaded: tuple[Worl
         f"multicluster.kubernetes.io/service-name=orphan: {lh}/"), orphan
     assert orphan["reason"].endswith("; they answer nothing until the import exists)"), orphan
     # The log says the same once, within two sweeps (mcsdns/admin/orphans.py), and never again.
-    eventually(lambda: orphan["reason"] in world.mcsdns_all.log(), timeout=3 * SWEEP_SECONDS + 5,
+    eventually(lambda: orphan["reason"] in world.mcsdns_all.log(), timeout=3 * SWEEP_SECONDS + 5, interval=0.2,
                what=lambda: world.mcsdns_all.log()[-2000:])
     time.sleep(SWEEP_SECONDS + 1)
     assert world.mcsdns_all.log().count(f"no ServiceImport orphan in namespace {lh}") == 1
@@ -117,6 +119,16 @@ def test_explain_names_the_orphan_slice_and_the_import_status(loaded: tuple[Worl
     assert fresh["reason"].endswith("the import is not Ready (Pending: waiting for the derived Service's IP): its "
                                     "status.conditions, written by the MCS controller; answers never depend on them "
                                     "(decision 14)")
+
+
+def _accepted(api, obj: dict) -> bool:
+    try:
+        api.apply(obj)
+        return True
+    except ApiError as err:
+        if err.status == 422:
+            return False
+        raise
 
 
 def test_one_ip_per_source_cluster_beyond_the_mcs_api_limit(loaded: tuple[World, Dataset]) -> None:
@@ -135,11 +147,13 @@ def test_one_ip_per_source_cluster_beyond_the_mcs_api_limit(loaded: tuple[World,
                       "ips": ["10.100.1.3", "10.100.2.3", "10.100.3.3"]}}
     try:
         api.apply(crd)
-        eventually(lambda: _accepted(api, three), timeout=30, what="the CRD without maxItems accepts three IPs")
+        eventually(lambda: _accepted(api, three), timeout=30, interval=0.2,
+                   what="the CRD without maxItems accepts three IPs")
         world.refresh()
         want = ("10.100.1.3", "10.100.2.3", "10.100.3.3")
         ask = Ask(f"three.{ns}.svc.{ZONE}.", "A", UDP_EDNS, 1232)
         eventually(lambda: all(_rdata(r[0]) == want for r in compare.ask_both(world.ports_all, [ask])), timeout=30,
+                   interval=0.2,
                    what="both servers answer the three IPs")
         items = asks([("three", ns, "svc"), ("_http", "_tcp", "three", ns, "svc")], SEED + 6)
         diffs = compare.compare("one IP per cluster", world.ports_all, items, None)
@@ -150,16 +164,6 @@ def test_one_ip_per_source_cluster_beyond_the_mcs_api_limit(loaded: tuple[World,
     restored = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, crd["metadata"]["name"])
     assert {v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["ips"].get("maxItems")
             for v in restored["spec"]["versions"]} == {2}
-
-
-def _accepted(api, obj: dict) -> bool:
-    try:
-        api.apply(obj)
-        return True
-    except ApiError as err:
-        if err.status == 422:
-            return False
-        raise
 
 
 def test_the_docs_table_is_the_fixture_list() -> None:
@@ -201,10 +205,10 @@ def test_ips_from_slices_answers_an_import_without_ips_and_changes_nothing_else(
             return _rdata(compare.ask_both(ports, [Ask(f"{nginx}.", "A", UDP_EDNS, 1232)])[1][0])
         try:
             world.testbed.apply(ready2)
-            eventually(lambda: nginx_a() == ("10.43.0.5", "10.44.0.7"), timeout=10, what="cluster2's address")
+            eventually(lambda: nginx_a() == ("10.43.0.5", "10.44.0.7"), timeout=10, interval=0.2, what="cluster2's address")
         finally:
             world.testbed.apply(slice2)
-        eventually(lambda: nginx_a() == ("10.43.0.5",), timeout=10, what="cluster2's address gone again")
+        eventually(lambda: nginx_a() == ("10.43.0.5",), timeout=10, interval=0.2, what="cluster2's address gone again")
         status, body = on.http("/explain?name=" + nginx)
         assert status == 200 and "its spec.ips are empty, so (--ips-from-slices) the ready addresses of " \
             "EndpointSlice(s) nginx-cluster1-5xq2w (cluster1)" in json.loads(body)["reason"], body

@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from mcsdns.serve.resolve import Resolver
-from testsupport.inprocess import build_resolver
-from testsupport.objects import endpoint, endpoint_slice, namespace, service_import
+from testsupport.inprocess import ask, build_resolver
 
 from .generator import endpoint, endpoint_slice, namespace, service_import
 
@@ -39,13 +38,9 @@ def resolver(tmp_path_factory: pytest.TempPathFactory) -> Resolver:
     return build_resolver([path])
 
 
-def ask(resolver: Resolver, q: dns.message.Message) -> bytes:
-    return resolver.handle(q.to_wire(), False)
-
-
 def test_cluster_id_with_dots_spans_labels_in_srv_targets(resolver: Resolver) -> None:
     """CoreDNS joins strings: `h.eu.prod.dotted...` has two labels for the cluster id."""
-    reply = dns.message.from_wire(ask(resolver, dns.message.make_query(f"dotted.ns.svc.{ZONE}", "SRV")))
+    reply = ask(resolver, f"dotted.ns.svc.{ZONE}", "SRV")
     (srv,) = reply.answer[0]
     assert srv.target == dns.name.from_text(f"h.eu.prod.dotted.ns.svc.{ZONE}")
     assert srv.target.labels[1:3] == (b"eu", b"prod")
@@ -56,7 +51,8 @@ def test_glue_owners_point_at_the_srv_targets(resolver: Resolver) -> None:
     """As miekg/dns compresses them: every glue owner is a 2-byte pointer, so the reply has
     exactly the size CoreDNS's has, and fits (or truncates) at the same limits."""
     qname = f"_._tcp.ui.ns.svc.{ZONE}"
-    wire = ask(resolver, dns.message.make_query(qname, "SRV", use_edns=False))
+    query = dns.message.make_query(qname, "SRV", use_edns=False)
+    wire = resolver.handle(query.to_wire(), False)  # the bytes: their size is what is checked
     reply = dns.message.from_wire(wire)
     assert not reply.flags & dns.flags.TC
     srvs = [rd for rrset in reply.answer for rd in rrset]
@@ -70,6 +66,6 @@ def test_glue_owners_point_at_the_srv_targets(resolver: Resolver) -> None:
 def test_edns_payload_below_512_is_echoed_as_sent(resolver: Resolver) -> None:
     """CoreDNS echoes the client's size in the reply's OPT even below 512 (and truncates at 512)."""
     q = dns.message.make_query(f"vip.ns.svc.{ZONE}", "A", use_edns=0, payload=256)
-    reply = dns.message.from_wire(ask(resolver, q))
+    reply = ask(resolver, q)
     assert reply.edns == 0 and reply.payload == 256
     assert [rd.address for rrset in reply.answer for rd in rrset] == ["10.3.0.1"]

@@ -9,6 +9,9 @@
 #   localhost/mcsdns:dev     the project's own Containerfile, with BASE set to a
 #                            Debian bookworm + python3 made here by mmdebstrap in
 #                            place of the unreachable python:3.12-slim
+#   localhost/lighthouse-agent:dev  Submariner Lighthouse's agent, from build-lighthouse.sh's
+#                            static binary (only when it was built: testsupport/lighthouse.py
+#                            imports it into the node itself)
 #
 # Each lands as an OCI archive in $cache/images/NAME-HASH.tar (HASH covers the
 # image's inputs, so a changed binary, package list or source tree rebuilds it)
@@ -73,6 +76,9 @@ debian() {  # debian NAME PACKAGES CMD: a minbase Debian with PACKAGES, committe
 
 from_binary pause
 from_binary coredns
+if [ -x "$bin/lighthouse-agent" ]; then
+    from_binary lighthouse-agent
+fi
 debian dnsutils "bind9-dnsutils,knot-dnsutils" "sleep infinity"
 debian knot "knot" "knotd"
 debian mcsdns-base "python3,python3-venv,python-is-python3,passwd" "python"

@@ -9,46 +9,38 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, TypeVar
 
 import dns.message
 import dns.query
 import dns.rdatatype
+from testsupport.framing import FrameReader, frame
 from testsupport.testbed import free_port, stop_popen
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
-T = TypeVar("T")
+
+# Where a server's log goes when the caller names no file. Under pytest, the running test's tmp_path
+# (tests/conftest.py sets it), so a failure's log sits with the test and pytest removes old runs; else
+# one directory of this process, removed when it exits.
+LOG_DIR: Path | None = None
+_process_log_dir: tempfile.TemporaryDirectory | None = None
 
 
-def eventually(check: Callable[[], T], timeout: float = 15.0, interval: float = 0.05,
-               what: str | Callable[[], str] = "", ignore: tuple[type[Exception], ...] = ()) -> T:
-    """Poll `check` until it returns something truthy; fail with the last value and `what`.
-
-    The one poller of the tests, benchmarks and soak. An exception of a type in `ignore` counts as
-    "not yet" (an API server answering 404/429 right after a CRD install) and is shown as the last value.
-    """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except ignore as err:
-            last = err
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            raise AssertionError(f"{text or 'condition'} not met within {timeout}s (last: {last!r})")
-        time.sleep(interval)
+def log_dir() -> Path:
+    """LOG_DIR, or this process's own log directory."""
+    global _process_log_dir
+    if LOG_DIR is not None:
+        return LOG_DIR
+    if _process_log_dir is None:
+        _process_log_dir = tempfile.TemporaryDirectory(prefix="mcsdns-logs-")
+    return Path(_process_log_dir.name)
 
 
 def mcsdns_command(dns_port: int, http_port: int, args: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -75,7 +67,7 @@ def http_get(port: int, path: str, timeout: float = 2) -> tuple[int, str]:
         return 0, ""
 
 
-class Server:
+class McsdnsServer:
     """`mcsdns serve ARGS` on 127.0.0.1:<dns_port>, admin on 127.0.0.1:<http_port>."""
 
     def __init__(self, *args: str, wait_ready: bool = True, env: dict | None = None) -> None:
@@ -94,9 +86,9 @@ class Server:
     def addr(self) -> tuple[str, int]:
         return ("127.0.0.1", self.dns_port)
 
-    def start(self, log_path: Path | None = None, timeout: float = 20) -> "Server":
+    def start(self, log_path: Path | None = None, timeout: float = 20) -> "McsdnsServer":
         cmd = self.argv or mcsdns_command(self.dns_port, self.http_port, self.args)
-        self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"mcsdns-test-{self.dns_port}.log"
+        self.log_path = log_path or log_dir() / f"mcsdns-{self.dns_port}.log"
         self._log = open(self.log_path, "wb")
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
@@ -144,7 +136,7 @@ class Server:
         self._log.close()
         return code
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> "McsdnsServer":
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -154,7 +146,7 @@ class Server:
 # --------------------------------------------------------------------------- asking over real sockets
 
 
-def ask(server: Server, name: str, qtype: str, how: str = "udp") -> dns.message.Message:
+def ask(server: McsdnsServer, name: str, qtype: str, how: str = "udp") -> dns.message.Message:
     """One query: `udp` (EDNS 1232), `udp512` (no EDNS) or `tcp`; the reply must parse strictly."""
     q = dns.message.make_query(name, qtype, use_edns=False if how == "udp512" else 0, payload=1232)
     if how == "tcp":
@@ -167,7 +159,7 @@ def order(reply: dns.message.Message) -> list[str]:
     return [rd.to_text() for rrset in reply.answer for rd in rrset]
 
 
-def exchange(server: Server, wire: bytes, tcp: bool) -> bytes:
+def exchange(server: McsdnsServer, wire: bytes, tcp: bool) -> bytes:
     """The reply's bytes, as sent."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM) as sock:
         sock.settimeout(2)
@@ -175,13 +167,11 @@ def exchange(server: Server, wire: bytes, tcp: bool) -> bytes:
             sock.sendto(wire, server.addr)
             return sock.recv(65535)
         sock.connect(server.addr)
-        sock.sendall(struct.pack(">H", len(wire)) + wire)
-        buf = b""
-        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
-            chunk = sock.recv(65535)
-            assert chunk, "connection closed early"
-            buf += chunk
-        return buf[2:]
+        sock.sendall(frame(wire))
+        reader = FrameReader(sock)
+        reply = reader.expect()
+        assert not reader.buffer, "bytes after the reply"
+        return reply
 
 
 def record_sets(reply: dns.message.Message) -> tuple:
