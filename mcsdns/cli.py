@@ -10,6 +10,7 @@ import argparse
 import gc
 import logging
 import os
+import re
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -25,8 +26,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcsdns")
 
 
+DESCRIPTION = (
+    "A DNS server for Kubernetes Multi-Cluster Services: it answers the clusterset.local zone from the "
+    "ServiceImports and EndpointSlices of a cluster (or of manifest files), as CoreDNS's multicluster option "
+    "does. `mcsdns serve` runs the server (with no flags: the bundled example on 127.0.0.1:5353); `mcsdns zone` "
+    "prints the zone; `mcsdns imports` and `mcsdns explain` ask a running server. `mcsdns COMMAND --help` "
+    "has each command's flags.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mcsdns", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="mcsdns", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"mcsdns {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser(
@@ -98,12 +107,18 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Output into a closed pipe (`mcsdns zone | head`, `--help | head`) ends the process quietly, as it
+    # ends cat or grep: by SIGPIPE. Python ignores SIGPIPE (a BrokenPipeError traceback instead); the
+    # server takes the ignore back before it opens a socket, since a client's closed TCP connection must
+    # be an error to handle there, not the end of the process.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    origins: dict[str, str] = {}
     if args.command == "serve" and args.flags_file is not None:
         try:
-            args = resolve(argv[argv.index("serve") + 1:], parser.parse_args(["serve"]))
+            args, origins = resolve(argv[argv.index("serve") + 1:], parser.parse_args(["serve"]))
         except FlagsFileError as exc:
             parser.error(str(exc))  # exits 2 with usage and the file, line and reason
     if args.command == "zone":
@@ -111,10 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     run = getattr(args, "run", None)
     if run is not None:  # a client subcommand: no server config
         return run(args)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:
         config = config_from_args(args)
     except ConfigError as exc:
-        parser.error(str(exc))  # exits 2 with usage and the message
+        parser.error(where_set(str(exc), origins))  # exits 2 with usage, the message and the file and line
     logging.basicConfig(
         level=config.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -131,12 +147,20 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot start: %s", exc)
         return 2
     except OSError as exc:
-        log.error("cannot start: %s", exc)
+        log.error("cannot start: %s", exc.strerror or exc)
         return 1
     except SourceFailed as exc:
         log.error("stopped after a failure: %s", exc)
         return 1
     return 0
+
+
+def where_set(message: str, origins: dict[str, str]) -> str:
+    """A ConfigError's message (it begins with the flag, e.g. `--ttl must be in range ...`) preceded by
+    the flags file and line that set that flag, when a file did."""
+    match = re.match(r"(--[a-z0-9-]+)", message)
+    origin = origins.get(match.group(1)) if match else None
+    return f"{origin}: {message}" if origin else message
 
 
 def _run_loop(main_coro) -> None:

@@ -45,8 +45,11 @@ def _parser(allow_abbrev: bool) -> argparse.ArgumentParser:
     return parser
 
 
-def read(path: str) -> dict[str, object]:
-    """The flags of the file at `path` as {dest: value}, only those it sets; FlagsFileError if bad."""
+def read(path: str, origins: dict[str, str] | None = None) -> dict[str, object]:
+    """The flags of the file at `path` as {dest: value}, only those it sets; FlagsFileError if bad.
+
+    `origins`, when given, gets {flag: "--flags-file PATH, line N (LINE)"} for each flag the file sets
+    (a repeatable flag: its last line), so a value refused later (out of range) can name its line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -67,18 +70,30 @@ def read(path: str) -> dict[str, object]:
                                  "(one flag, or `--flag value`, per line)")
         try:
             parser.parse_args(tokens, namespace=namespace)  # repeatable flags collect across lines
+            this_line = parser.parse_args(tokens)  # what this line alone sets
         except _Refused as exc:
             raise FlagsFileError(f"{FLAG} {path}, line {number} ({line.strip()}): {exc}") from None
+        if origins is not None:
+            flags = _flags(parser)
+            for dest in vars(this_line):
+                origins[flags[dest]] = f"{FLAG} {path}, line {number} ({line.strip()})"
     return vars(namespace)
 
 
-def resolve(serve_argv: list[str], defaults: argparse.Namespace) -> argparse.Namespace:
-    """`serve`'s argv (already parsed once, so its own flags are valid) with every flags file read in place.
+def _flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """{dest: its long flag} of the parser's options."""
+    return {action.dest: action.option_strings[-1] for action in parser._actions if action.option_strings}
+
+
+def resolve(serve_argv: list[str], defaults: argparse.Namespace) -> tuple[argparse.Namespace, dict[str, str]]:
+    """`serve`'s argv (already parsed once, so its own flags are valid) with every flags file read in
+    place, and {flag: the file and line} of each flag whose value a file set.
 
     `defaults` is what `serve` parses from no flags at all; each source's flags replace what the
     sources before it set, a repeatable flag's whole list included.
     """
     values: dict[str, object] = {}
+    origins: dict[str, str] = {}
     cli = _parser(allow_abbrev=True)  # as argparse read the command line
     segment: list[str] = []
     tokens = iter(serve_argv)
@@ -87,11 +102,20 @@ def resolve(serve_argv: list[str], defaults: argparse.Namespace) -> argparse.Nam
         if not (len(name) > 2 and FLAG.startswith(name)):  # argparse took an unambiguous prefix too
             segment.append(token)
             continue
-        values.update(_cli_values(cli, segment))
+        _given_here(_cli_values(cli, segment), values, origins, cli)
         segment = []
-        values.update(read(inline if eq else next(tokens)))
-    values.update(_cli_values(cli, segment))
-    return argparse.Namespace(**{**vars(defaults), **values})
+        values.update(read(inline if eq else next(tokens), origins))
+    _given_here(_cli_values(cli, segment), values, origins, cli)
+    return argparse.Namespace(**{**vars(defaults), **values}), origins
+
+
+def _given_here(given: dict[str, object], values: dict[str, object], origins: dict[str, str],
+                parser: argparse.ArgumentParser) -> None:
+    """Command-line flags replace earlier values and their file origins."""
+    values.update(given)
+    flags = _flags(parser)
+    for dest in given:
+        origins.pop(flags[dest], None)
 
 
 def _cli_values(parser: argparse.ArgumentParser, segment: list[str]) -> dict[str, object]:

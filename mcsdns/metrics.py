@@ -277,8 +277,9 @@ class Metrics(Collector):
         self.ixfr_fallbacks = Counter(
             "mcsdns_ixfr_fallbacks_total",
             "IXFR requests answered with the whole zone, by reason: future (the client's serial is newer than "
-            "ours), purged (one of ours since the sync, older than the IXFR journal keeps), unknown (any other: "
-            "before this process started, another replica's, or no journal).", ["reason"], registry=registry)
+            "ours), purged (one of ours since the sync, older than the IXFR journal keeps), reverse_zone (a "
+            "--reverse-cidr zone: no journal is kept of it), unknown (any other: before this process started, "
+            "another replica's, or no journal).", ["reason"], registry=registry)
         self.journal: JournalView | None = None  # the IXFR journal (--transfer-to), read at scrape time
         self.programming = Histogram(
             "coredns_kubernetes_dns_programming_duration_seconds",

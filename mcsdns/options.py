@@ -162,9 +162,11 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         doc="API source: keep a deleted ServiceImport's answers this long, so one deleted and re-created within it never "
         "answers NXDOMAIN (0..60s; `0`: removed at once, as CoreDNS)", shown_default="`0`"),
     Option(
-        "--listen", "listen", DNS, metavar="HOST:PORT", parse=hostport(53), repeatable=True,
-        help="address for DNS over UDP and TCP, [::1]:5353 for IPv6 (repeatable; default 127.0.0.1:5353)",
-        doc="DNS over UDP and TCP; `[::1]:5353` for IPv6; repeatable", shown_default="`127.0.0.1:5353`"),
+        "--listen", "listen", DNS, metavar="HOST:PORT", parse=hostport(5353), repeatable=True,
+        help="address for DNS over UDP and TCP, [::1]:5353 for IPv6; a HOST without a port listens on port 5353, "
+        "as the default does (repeatable; default 127.0.0.1:5353)",
+        doc="DNS over UDP and TCP; `[::1]:5353` for IPv6; a host without a port means port 5353; repeatable",
+        shown_default="`127.0.0.1:5353`"),
     Option(
         "--zone", "zones", DNS, metavar="NAME", repeatable=True, convert=_zones,
         help="zone to serve as a multicluster zone (repeatable; default clusterset.local)",

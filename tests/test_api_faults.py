@@ -139,6 +139,7 @@ def converge(server: KubeServer, testbed: Testbed, ns: str, timeout: float) -> f
 # =========================================================================== kube-apiserver killed
 
 
+@pytest.mark.slow
 def test_apiserver_sigkilled_repeatedly_while_objects_change(testbed: Testbed, fresh_namespace: str, tmp_path: Path) -> None:
     ensure_crd(testbed)
     ns = fresh_namespace
@@ -387,6 +388,7 @@ def test_a_list_stalled_in_flight_is_given_up_and_retried_on_a_new_connection(
             assert server.answer(fqdn("fat49", ns)) == a("10.7.0.50")
 
 
+@pytest.mark.slow
 def test_apiserver_killed_during_a_relist_of_10k_imports(testbed: Testbed, fresh_namespace: str, tmp_path: Path,
                                                           request: pytest.FixtureRequest) -> None:
     from benchmarks.apiload import create_all  # the suite's fast bulk writer (python -m pytest runs from the root)

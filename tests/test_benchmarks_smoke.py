@@ -21,7 +21,7 @@ from benchmarks.suite import SERVERS
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.slow]  # a benchmark run against the test bed
 
 
 def test_benchmark_smoke(testbin: Path, tmp_path: Path, benchmark_tools: None) -> None:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from testsupport.mcsdnsserver import ROOT
 
 PROBE = '''
@@ -56,6 +58,7 @@ def test_in_ci_a_skip_fails_with_its_reason(tmp_path: Path) -> None:
     assert "1 passed" in result.stdout and "skipped" not in result.stdout.splitlines()[-1], result.stdout
 
 
+@pytest.mark.slow
 def test_outside_ci_a_skip_is_a_skip(tmp_path: Path) -> None:
     for ci in (None, "", "false"):
         result = run_probe(tmp_path, ci)

@@ -57,7 +57,7 @@ ZONE = "clusterset.local"
 # The stub zone's cache (docs/install.md: `cache 5`) plus mcsdns's programming time (2 s).
 CHANGE_BUDGET = 5.0 + 2.0
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # a one-node cluster: tens of minutes
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -257,7 +257,7 @@ def test_up_gives_a_ready_node_and_cluster_dns(cluster: Cluster) -> None:
 
 def test_kustomize_base_runs_ready_after_sync_non_root_read_only(cluster: Cluster, imports: dict,
                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
-    kubectl(cluster, "apply", "-k", str(kustomize_overlay(tmp_path_factory.mktemp("overlay"))))
+    kubectl(cluster, "apply", "-k", str(kustomize_overlay(tmp_path_factory.mktemp("overlay"))), "--server-side")
     rollout(cluster, NS)
     check_pods(cluster, NS)
 

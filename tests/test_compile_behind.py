@@ -15,6 +15,8 @@ import random
 import dns.message
 import dns.rcode
 
+import pytest
+
 from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import build_resolver
 from test_resolve_lanes import CHILD_TYPES, absent_children, contract_questions, edns_query, mixed_case, plain_query
@@ -156,6 +158,7 @@ def metric(server, name: str) -> float:
     return metrics(server, name)[0]
 
 
+@pytest.mark.slow
 def test_a_server_answers_over_sockets_while_it_compiles(tmp_path):
     """A real server from a manifests file of 50,000 imports: questions asked as soon as it answers, while
     most services are not compiled yet (its metrics say so), get exactly the bytes the same questions get

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dns.message
 import dns.rcode
 import dns.rdatatype
+import pytest
 
 from mcsdns.zone import compiler
 from mcsdns.objects import Address, EndpointSlice, Port, ServiceImport
@@ -17,6 +18,8 @@ from mcsdns.serve.resolve import Resolver
 from mcsdns.zone.table import Table
 from testsupport.inprocess import NS_ADDRESSES, ask, build_table
 from testsupport.objects import endpoint_slice, namespace, service_import
+
+pytestmark = pytest.mark.slow  # compiles services of thousands of endpoints
 
 Z = "clusterset.local."
 PROTOCOLS = ("TCP", "UDP", "SCTP")

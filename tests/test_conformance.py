@@ -234,6 +234,7 @@ def mcsdns_run(tmp_path_factory: pytest.TempPathFactory) -> conformance.Run:
 
 
 @pytest.mark.cluster
+@pytest.mark.slow  # a one-node cluster of its own: about 5 minutes
 def test_every_dns_spec_of_the_suite_passes_for_mcsdns(mcsdns_run: conformance.Run) -> None:
     lines = "\n".join(s.line() for s in mcsdns_run.results)
     assert len(mcsdns_run.results) == DNS_SPECS, lines
@@ -242,6 +243,7 @@ def test_every_dns_spec_of_the_suite_passes_for_mcsdns(mcsdns_run: conformance.R
 
 
 @pytest.mark.cluster
+@pytest.mark.slow  # a one-node cluster of its own: about 5 minutes
 def test_the_suite_reports_land_in_the_out_directory(mcsdns_run: conformance.Run) -> None:
     out = mcsdns_run.out
     cases = [c for c in ET.parse(out / "junit.xml").getroot().iter("testcase") if c.get("name", "").startswith("[It]")]
@@ -254,6 +256,7 @@ def test_the_suite_reports_land_in_the_out_directory(mcsdns_run: conformance.Run
 
 
 @pytest.mark.cluster
+@pytest.mark.slow  # a one-node cluster of its own: about 5 minutes
 def test_the_run_leaves_nothing_behind(mcsdns_run: conformance.Run) -> None:
     """No process, mount, cgroup, device or rule of the run's cluster remains. Another cluster may
     come up on the machine as soon as this one is gone (helpers share it; CI does not): its node

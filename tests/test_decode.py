@@ -92,6 +92,7 @@ def assert_same_page(raw: bytes) -> None:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.sampled_from([SLICE, IMPORT]), path=st.sampled_from(PATHS), value=JSON_VALUES, meta=JSON_VALUES)
+@pytest.mark.slow
 def test_pages_convert_as_with_the_standard_library(which, path, value, meta):
     item = put(json.loads(json.dumps(which)), path, value)
     assert_same_page(page_of([item, SLICE, IMPORT], {"continue": "tok", "resourceVersion": "7"}))

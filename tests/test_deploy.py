@@ -93,7 +93,7 @@ def parse_flags_file(text: str, tmp_path: Path) -> Any:
 
     path = tmp_path / "flags"
     path.write_text(text)
-    return config_from_args(resolve(["--flags-file", str(path)], build_parser().parse_args(["serve"])))
+    return config_from_args(resolve(["--flags-file", str(path)], build_parser().parse_args(["serve"]))[0])
 
 
 def served_command(command: list[str], flags_file: Path, *later: str) -> list[str]:

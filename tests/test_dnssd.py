@@ -155,6 +155,41 @@ def test_browsing_follows_changes(tmp_path):
         assert ptr(s, BROWSE) == []
 
 
+def kdig_sections(server: McsdnsServer, name: str, qtype: str) -> tuple[list[str], list[str]]:
+    """kdig's answer and additional sections, one record a line, whitespace folded."""
+    kdig = shutil.which("kdig")
+    if kdig is None:
+        pytest.fail("kdig is not installed (apt-get install knot-dnsutils; .ci/run installs it)")
+    out = subprocess.run([kdig, "@127.0.0.1", "-p", str(server.dns_port), name, qtype, "+noall", "+answer"],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    extra = subprocess.run([kdig, "@127.0.0.1", "-p", str(server.dns_port), name, qtype, "+noall", "+additional"],
+                           capture_output=True, text=True, timeout=10, check=True).stdout
+    fold = lambda text: sorted(" ".join(line.split()) for line in text.splitlines() if line.strip() and not line.startswith(";"))
+    return fold(out), fold(extra)
+
+
+def test_an_instance_srv_carries_its_targets_addresses_in_additional(on, tmp_path):
+    """RFC 6763 12.2: the SRV of an instance comes with its target's A/AAAA, as a browser connects next:
+    a ClusterSetIP's spec.ips, a headless service's ready endpoints; and they follow a change."""
+    answer, additional = kdig_sections(on, f"web._https._tcp.demo.svc.{Z}", "SRV")
+    assert answer == [f"web._https._tcp.demo.svc.{Z} 5 IN SRV 0 0 443 web.demo.svc.{Z}"]
+    assert additional == [f"web.demo.svc.{Z} 5 IN A 10.96.10.10", f"web.demo.svc.{Z} 5 IN AAAA fd00:10:96::a"]
+    answer, additional = kdig_sections(on, f"db._postgres._tcp.demo.svc.{Z}", "SRV")
+    assert answer == [f"db._postgres._tcp.demo.svc.{Z} 5 IN SRV 0 0 5432 db.demo.svc.{Z}"]
+    assert additional == [f"db.demo.svc.{Z} 5 IN A 10.1.1.20", f"db.demo.svc.{Z} 5 IN A 10.2.1.20"]
+    assert kdig_sections(on, f"db._postgres._tcp.demo.svc.{Z}", "TXT")[1] == []  # the TXT has none
+
+    path = tmp_path / "m.yaml"
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}
+    path.write_text(yaml.safe_dump_all([ns, *headless_service("app", "one", [{"addresses": ["10.6.0.1"]}])]))
+    with McsdnsServer("--manifests", str(path), "--dns-sd") as s:
+        assert kdig_sections(s, f"one._http._tcp.app.svc.{Z}", "SRV")[1] == [f"one.app.svc.{Z} 5 IN A 10.6.0.1"]
+        path.write_text(yaml.safe_dump_all([ns, *headless_service("app", "one", [{"addresses": ["10.6.0.1"]},
+                                                                                 {"addresses": ["10.6.0.2"]}])]))
+        eventually(lambda: kdig_sections(s, f"one._http._tcp.app.svc.{Z}", "SRV")[1]
+                   == [f"one.app.svc.{Z} 5 IN A 10.6.0.1", f"one.app.svc.{Z} 5 IN A 10.6.0.2"], 10)
+
+
 def test_explain_names_dns_sd(on):
     doc = explain(on, f"web._http._tcp.demo.svc.{Z}", "SRV")
     assert doc["rcode"] == "NOERROR" and doc["answer"] == [f"web._http._tcp.demo.svc.{Z} 5 IN SRV 0 0 80 web.demo.svc.{Z}"]
@@ -197,9 +232,12 @@ def test_answers_kept_change_by_change_equal_the_answer_functions():
         out = []
         for (ns, name), imp in sorted(store.imports.items()):
             if table.namespace_exposed(ns):
-                for kind, numbers in dnssd.offered(Service(imp, store.service_slices((ns, name)))).items():
+                svc = Service(imp, store.service_slices((ns, name)))
+                offers = dnssd.offered(svc)
+                glue = dnssd.instance_glue(svc, 5, max(map(len, offers.values()))) if offers else ()
+                for kind, numbers in offers.items():
                     kinds.setdefault(ns, {}).setdefault(kind, []).append(name)
-                    out += dnssd.instance_answers(ns, name, kind, numbers, 5)
+                    out += dnssd.instance_answers(ns, name, kind, numbers, 5, glue)
         for ns, offering in kinds.items():
             out += dnssd.services_answers(ns, offering, 5)
             out += [c for kind, names in offering.items() for c in dnssd.kind_answers(ns, kind, names, 5)]

@@ -24,7 +24,7 @@ def serve(*argv: str):
     """The Config `mcsdns serve ARGV` runs with, flags files read, as cli.main reads them."""
     parser = build_parser()
     parser.parse_args(["serve", *argv])  # the command line itself must parse first, as in main
-    return config_from_args(resolve(list(argv), parser.parse_args(["serve"])))
+    return config_from_args(resolve(list(argv), parser.parse_args(["serve"]))[0])
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -37,6 +37,7 @@ from testsupport.mcsdnsserver import FIXTURES, McsdnsServer
 # =========================================================================== objects
 
 
+@pytest.mark.slow
 def test_mutated_objects():
     started = time.monotonic()
     outcomes = fuzz_objects(OBJECT_INPUTS, FUZZ_SEED)

@@ -44,6 +44,8 @@ from testsupport.fuzz import (
 )
 from testsupport.inprocess import ask
 
+pytestmark = pytest.mark.slow  # hundreds of thousands of fuzzed packets
+
 
 @pytest.fixture(scope="module")
 def resolvers(tmp_path_factory) -> tuple[Resolver, Resolver]:

@@ -34,6 +34,7 @@ import dns.message
 import dns.name
 import dns.rdatatype
 import dns.rrset
+import pytest
 from prometheus_client import CollectorRegistry
 
 from mcsdns.config import Config
@@ -42,6 +43,8 @@ from mcsdns.metrics import Metrics
 from mcsdns.forward.replycheck import REASONS, checks_data
 from mcsdns.serve.transport import LocalReply
 from mcsdns.zone.wire import parse_query
+
+pytestmark = pytest.mark.slow  # thousands of fuzzed upstream replies
 
 FUZZ_INPUTS = int(os.environ.get("MCSDNS_FUZZ_UPSTREAM_INPUTS", "2000"))
 FUZZ_SEED = int(os.environ.get("MCSDNS_FUZZ_SEED", "1645"))

@@ -25,6 +25,7 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_short_run_measures_both_servers_in_every_round(tmp_path: Path, benchmark_tools: None) -> None:
     out = tmp_path / "knot_cost.json"
     proc = _run("--rounds", "2", "--rates", "2000", "--mixes", "clusterset_a", "--seconds", "1", "--out", str(out),

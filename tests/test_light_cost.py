@@ -30,6 +30,7 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_short_run_measures_both_servers_at_a_rate_and_saturated(tmp_path: Path, benchmark_tools: None) -> None:
     out = tmp_path / "light_cost.json"
     proc = _run("--rounds", "1", "--rates", "2000", "--mixes", "nxdomain,random_subdomain", "--seconds", "1",
@@ -133,6 +134,7 @@ def test_the_floor_answers_what_mcsdns_resolver_answers(tmp_path: Path, benchmar
         floor.stop()
 
 
+@pytest.mark.slow
 def test_a_short_floor_run_is_named_as_such(tmp_path: Path, benchmark_tools: None) -> None:
     out = tmp_path / "floor.json"
     proc = _run("--ours", "floor", "--rounds", "1", "--rates", "2000", "--mixes", "nxdomain", "--seconds", "1",

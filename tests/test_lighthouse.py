@@ -45,7 +45,7 @@ MCS_V1A1 = "multicluster.x-k8s.io/v1alpha1"
 SERVICE_NAME = "multicluster.kubernetes.io/service-name"
 SOURCE_CLUSTER = "multicluster.kubernetes.io/source-cluster"
 
-pytestmark = [pytest.mark.cluster, pytest.mark.lighthouse]
+pytestmark = [pytest.mark.cluster, pytest.mark.lighthouse, pytest.mark.slow]  # slow: `-m "not slow"` replaces addopts' -m
 
 
 def _run_script(name: str) -> None:

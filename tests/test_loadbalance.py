@@ -194,6 +194,7 @@ def plain_full(plain: Resolver, wire: bytes) -> dns.message.Message:
     return dns.message.from_wire(plain.handle(wire, True))  # TCP: never truncated here
 
 
+@pytest.mark.slow
 def test_same_replies_but_for_the_address_order(manifests):
     """Every reply of the rotating resolver equals the plain one's but for where the A/AAAA run starts."""
     plain, balanced = build([FIXTURES / "contract.yaml", manifests])

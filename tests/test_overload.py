@@ -33,6 +33,8 @@ from testsupport.objects import headless_service
 from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
 from upstreams import Fake, ForwardingServer
 
+pytestmark = pytest.mark.slow  # floods and thousands of connections: minutes (the fast tier leaves it out)
+
 
 @pytest.fixture(scope="module")
 def manifests(tmp_path_factory) -> Path:

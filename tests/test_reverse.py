@@ -217,6 +217,7 @@ def test_without_the_flag_reverse_names_are_forwarded(manifests, upstream):
 # --------------------------------------------------------------------------- fuzzing with the flags on
 
 
+@pytest.mark.slow
 def test_mutated_packets_with_both_flags_on(tmp_path):
     """testsupport/fuzz.py's mutator and invariants on a resolver with --local-cluster, --reverse-cidr and
     round robin: nothing raises, every reply parses and carries the query's ID, UDP without EDNS fits 512."""

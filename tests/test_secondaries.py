@@ -34,6 +34,8 @@ from testsupport.zonecompare import ZONE, answers_alike, ask, questions, soa_fie
 from test_workers import worker_pids
 from test_zonefile import print_zone
 
+pytestmark = pytest.mark.slow  # real Knot, BIND and CoreDNS secondaries: minutes
+
 EXAMPLE = ROOT / "mcsdns" / "examples" / "clusterset.yaml"
 SOURCES = {"example": (EXAMPLE, ()), "contract": (FIXTURES / "contract.yaml", ("--namespaces", "testns"))}
 SECONDARIES = {"knot": KnotSecondary, "bind": BindSecondary, "coredns": CoreDNSSecondary}

@@ -20,7 +20,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from testsupport.mcsdnsserver import ROOT
+
+pytestmark = pytest.mark.slow  # 20 s of load plus the search for the maximum
 
 DURATION = 20
 

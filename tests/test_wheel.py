@@ -20,6 +20,8 @@ import pytest
 
 from testsupport.mcsdnsserver import ROOT, McsdnsServer
 
+pytestmark = pytest.mark.slow  # builds the sdist and wheel and installs them from PyPI into a venv
+
 
 def run(*cmd: str | Path, cwd: Path, timeout: float = 600) -> str:
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout)

@@ -313,7 +313,8 @@ def test_workers_that_cannot_bind_stop_the_server_with_exit_1():
         port = taken.getsockname()[1]
         done = subprocess.run(base + ["--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
-    assert "address already in use" in done.stderr and "stopping every worker" in done.stderr
+    assert f"--listen 127.0.0.1:{port} (DNS over UDP and TCP): Address already in use" in done.stderr, done.stderr
+    assert "stopping every worker" in done.stderr
     assert "starting it again" not in done.stderr
     done = subprocess.run(base + ["--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--workers needs fixed --listen ports" in done.stderr, done.stderr

@@ -1,8 +1,8 @@
 """Real secondaries of mcsdns on loopback: Knot 3 (`knotd`) and BIND 9 (`named`), with TSIG, and
 CoreDNS's `secondary` plugin (the testbin CoreDNS), which has no TSIG.
 
-Each writes its own configuration into a work directory, transfers the clusterset zone
-from the primary (mcsdns) at `primary_port`, signed with `key` (name, algorithm, base64
+Each writes its own configuration into a work directory, transfers the clusterset zone (or the
+`zone` given) from the primary (mcsdns) at `primary_port`, signed with `key` (name, algorithm, base64
 secret) where it can sign, and serves it on a free loopback port. `serial()` is the serial it serves (None
 before the first transfer). Stopped by PID (SIGTERM, then SIGKILL) however the test ends.
 """
@@ -32,7 +32,9 @@ class Secondary:
     name = ""
     tsig = True  # it signs its transfer requests with `key`
 
-    def __init__(self, workdir: Path, primary_port: int, key: tuple[str, str, str], load_timeout: float = 30) -> None:
+    def __init__(self, workdir: Path, primary_port: int, key: tuple[str, str, str], load_timeout: float = 30,
+                 zone: str = ZONE) -> None:
+        self.zone = zone  # the zone it is a secondary of (absolute, with the trailing dot)
         self.executable = self.find_binary()
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -56,7 +58,7 @@ class Secondary:
         return binary
 
     def config(self, key_name: str, algorithm: str, secret: str) -> str:
-        """The server's configuration file: listen on self.port, transfer ZONE from the primary with the key."""
+        """The server's configuration file: listen on self.port, transfer self.zone from the primary with the key."""
         raise NotImplementedError
 
     def argv(self) -> list[str]:
@@ -67,7 +69,7 @@ class Secondary:
     def serial(self) -> int | None:
         """The SOA serial it answers with authority (AA), or None (no zone yet, or not answering)."""
         try:
-            reply = dns.query.udp(dns.message.make_query(ZONE, "SOA"), "127.0.0.1", port=self.port, timeout=0.5)
+            reply = dns.query.udp(dns.message.make_query(self.zone, "SOA"), "127.0.0.1", port=self.port, timeout=0.5)
         except Exception:
             return None
         if reply.rcode() != dns.rcode.NOERROR or not reply.flags & dns.flags.AA or not reply.answer:
@@ -106,7 +108,7 @@ class KnotSecondary(Secondary):
             f"acl:\n  - id: notify\n    address: 127.0.0.1\n    key: {key_name}\n    action: notify\n"
             f'database:\n    storage: "{self.dir}"\n'
             "log:\n  - target: stderr\n    any: info\n"
-            f"zone:\n  - domain: {ZONE}\n    master: primary\n    acl: notify\n"
+            f"zone:\n  - domain: {self.zone}\n    master: primary\n    acl: notify\n"
             f'    storage: "{self.dir}"\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: none\n')
 
 
@@ -122,7 +124,7 @@ class BindSecondary(Secondary):
             "  recursion no;\n  dnssec-validation no;\n  minimal-responses no-auth;\n  check-names secondary ignore;\n"
             "  notify no;\n};\ncontrols { };\n"
             f'key "{key_name}" {{ algorithm {algorithm}; secret "{secret}"; }};\n'
-            f'zone "{ZONE.rstrip(".")}" {{\n  type secondary;\n  file "{self.dir}/zone.db";\n'
+            f'zone "{self.zone.rstrip(".")}" {{\n  type secondary;\n  file "{self.dir}/zone.db";\n'
             f"  primaries port {self.primary_port} {{ 127.0.0.1 key {key_name}; }};\n"
             f"  allow-notify {{ 127.0.0.1; }};\n}};\n")
 
@@ -146,5 +148,5 @@ class CoreDNSSecondary(Secondary):
         return str(testbin_coredns("secondary", "no `secondary` plugin: rebuild it with tools/testbin/build.sh"))
 
     def config(self, key_name: str, algorithm: str, secret: str) -> str:
-        return (f"{ZONE}:{self.port} {{\n    bind 127.0.0.1\n"
+        return (f"{self.zone}:{self.port} {{\n    bind 127.0.0.1\n"
                 f"    secondary {{\n        transfer from 127.0.0.1:{self.primary_port}\n    }}\n}}\n")

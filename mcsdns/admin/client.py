@@ -3,7 +3,8 @@
 A thin HTTP client of a running server (default the local admin address;
 `kubectl port-forward pod/<mcsdns> 9153` makes a pod's the local one). It
 prints what the server says and computes nothing about the zone itself.
-Exit codes: 0 printed, 1 the server could not be asked (or said no), 2 bad usage.
+Exit codes: 0 printed, 1 the server could not be asked (or said no) or, for `imports`, has not synced
+its source (nothing, or not everything, is loaded: the list printed is incomplete), 2 bad usage.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def imports_table(doc: dict) -> str:
     if len(rows) == 1:
         lines = ["No ServiceImports."]
     if not doc.get("synced", True):
-        lines.append("(not synced yet: the list may be incomplete)")
+        lines.append(f"(not synced yet: {doc.get('not_synced') or 'the list may be incomplete'})")
     for r in doc.get("rejected", []):
         ref = f"{r['namespace']}/{r['name']}" if r["namespace"] else r["name"]
         lines.append(f"rejected: {r['kind']} {ref}: {r['reason']}")
@@ -89,7 +90,7 @@ def imports_table(doc: dict) -> str:
 
 
 def explain_text(doc: dict) -> str:
-    rcode = doc["rcode"] or "forwarded"
+    rcode = doc["rcode"] or "forwarded (outside the zones served here)"
     lines = [f"{doc['name']} {doc['type']}: {rcode}", doc["reason"]]
     lines += doc["answer"]
     via = doc.get("via")
@@ -135,6 +136,10 @@ def run_imports(args: argparse.Namespace) -> int:
         print(f"mcsdns imports: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(doc, indent=2) if args.output == "json" else imports_table(doc))
+    if not doc.get("synced", True):  # nothing, or not all, is loaded: a script must not take the list as complete
+        print(f"mcsdns imports: the server is not synced: {doc.get('not_synced') or 'initial list not complete'}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -216,8 +216,10 @@ class Discovery:
         rejected = sorted(self.rejections(), key=lambda r: (r.kind, r.namespace, r.name))
         rejected_json = [json.dumps({"kind": r.kind, "namespace": r.namespace, "name": r.name, "reason": r.reason})
                          for r in rejected if namespace is None or r.namespace == namespace]  # fmt: skip
+        # Not synced: why (the source's own words, as /ready gives them), so `mcsdns imports` can say it.
+        waiting = "" if synced else f'"not_synced": {json.dumps(self.readiness()[1])},\n'
         return (
-            f'{{"synced": {json.dumps(synced)},\n"imports": [\n' + ",\n".join(lines) + '\n],\n"rejected": [\n'
+            f'{{"synced": {json.dumps(synced)},\n{waiting}"imports": [\n' + ",\n".join(lines) + '\n],\n"rejected": [\n'
             + ",\n".join(rejected_json) + "\n]}\n"
         ).encode()
 
@@ -258,12 +260,13 @@ class Discovery:
         outside = self.table.zone_of(encode_labels(lowered) + b"\0") is None
         if isinstance(reply, Forward) or reply is None:  # None: never for a well-formed query
             return {"name": fqdn, "type": tname, "rcode": None, "answer": [], "additional": [],
-                    "reason": self._outside(fqdn, "it is forwarded to the upstream nameservers (--upstream)")}, None  # fmt: skip
+                    "reason": self._outside(fqdn, "it is forwarded to the upstream nameservers (--upstream)")
+                    + self._meant(lowered)}, None  # fmt: skip
         msg = dnslib.DNSRecord.parse(reply)
         rcode = dnslib.RCODE.get(msg.header.rcode, str(msg.header.rcode))
         answer = [zone_line(rr) for rr in msg.rr]
         if outside:
-            reason = self._outside(fqdn, "forwarding is off (--upstream none), so it is refused")
+            reason = self._outside(fqdn, "forwarding is off (--upstream none), so it is refused") + self._meant(lowered)
         else:
             reason = self.reason(lowered, qtype, rcode, len(answer))
         return {
@@ -290,6 +293,14 @@ class Discovery:
 
     def _outside(self, fqdn: str, what: str) -> str:
         return f"{fqdn} is outside the zones served here ({', '.join(self.table.config.zones)}): {what}"
+
+    def _meant(self, lowered: tuple[str, ...]) -> str:
+        """For `<svc>.<ns>` that is an import here: the full name, and why the short one is not it."""
+        if len(lowered) != 2 or (lowered[1], lowered[0]) not in self.store.imports:
+            return ""
+        zone_name = self.table.config.zones[0]
+        return (f". {lowered[0]}.{lowered[1]} is imported here: ask {'.'.join(lowered)}.svc.{zone_name}. (a pod's "
+                f"resolver completes the short name only with svc.{zone_name} in its search list)")
 
     async def _explain_route(self, params: dict[str, list[str]]) -> Response:
         names = params.get("name") or [""]

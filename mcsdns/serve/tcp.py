@@ -100,13 +100,15 @@ class TcpLimits:
     first_query_timeout: float = 3.0  # seconds from the accept to the first complete query
     max_per_source: int = 0  # per client address; 0 = no cap
 
-    def fitted(self) -> "TcpLimits":
+    def fitted(self, asked: bool = True) -> "TcpLimits":
         """These limits with the cap lowered to fit the process's open-file limit (raised first to its
-        hard limit, as Go programs such as CoreDNS do at start), logged when lowered."""
+        hard limit, as Go programs such as CoreDNS do at start), logged when lowered: a warning when
+        the cap is one the operator `asked` for, information when it is the default, which the flag's
+        documentation says is lowered to fit."""
         budget = open_files_budget()
         if self.max_connections <= budget:
             return self
-        log.warning("--max-tcp-connections %d does not fit the open-file limit (%d, of which %d are kept for "
+        (log.warning if asked else log.info)("--max-tcp-connections %d does not fit the open-file limit (%d, of which %d are kept for "
                     "other sockets): using %d; raise the limit (ulimit -n) to allow more",
                     self.max_connections, budget + RESERVED_FDS, RESERVED_FDS, budget)
         return TcpLimits(budget, self.idle_timeout, self.max_queries, self.first_query_timeout, self.max_per_source)

@@ -111,7 +111,10 @@ class DnsServer:
                 return await self._listen(host, port)
             except OSError as exc:
                 if pick == picks or exc.errno != errno.EADDRINUSE:
-                    raise
+                    # The address belongs in the message: the kernel's alone ("Address already in use")
+                    # does not say which of several --listen addresses failed.
+                    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                    raise OSError(exc.errno, f"--listen {_fmt(host, port)} (DNS over UDP and TCP): {reason}") from None
         raise AssertionError("unreachable: the last pick returns or raises")
 
     async def _listen(self, host: str, port: int) -> tuple[str, int]:

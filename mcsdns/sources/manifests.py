@@ -52,7 +52,11 @@ class FileState:
     reasons: dict[tuple[str, str, str], str] = field(default_factory=dict)  # why, for /imports and /explain
     errors: int = 0
     loaded: bool = False  # read and parsed at least once
-    problem: str = ""  # why the last read failed, for /ready until the first good read
+    problem: str = ""  # why the last read failed (with the line and the parser's reason): /ready, /imports
+
+    def keeping(self) -> str:
+        """What serves while the file cannot be read: its last good objects, or, before any, nothing."""
+        return "keeping its last good objects" if self.loaded else "nothing from it is served (it never loaded)"
 
 
 def bundled_examples() -> Path:
@@ -174,7 +178,8 @@ class ManifestSource:
                 st = path.stat()
                 stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
             except OSError as exc:
-                log.error("%s: cannot stat (%s); keeping its last good objects", path, exc.strerror or exc)
+                state.problem = f"cannot stat ({exc.strerror or exc})"
+                log.error("%s: %s; %s", path, state.problem, state.keeping())
                 current_state = False
                 continue
             if stamp == state.stamp:
@@ -223,16 +228,16 @@ class ManifestSource:
                         invalid.add(oid)
                         reasons[oid] = str(exc)
         except (OSError, UnicodeDecodeError) as exc:
-            log.error("%s: cannot read (%s); keeping its last good objects", path, getattr(exc, "strerror", None) or exc)
-            self.on_error("unreadable_file")
             state.problem = f"cannot read ({getattr(exc, 'strerror', None) or exc})"
+            log.error("%s: %s; %s", path, state.problem, state.keeping())
+            self.on_error("unreadable_file")
             return False
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
-            log.error("%s: invalid YAML/JSON%s: %s; keeping its last good objects", path, where, _one_line(exc))
+            state.problem = f"invalid YAML/JSON{where}: {_problem(exc)}"
+            log.error("%s: invalid YAML/JSON%s: %s; %s", path, where, _one_line(exc), state.keeping())
             self.on_error("invalid_yaml")
-            state.problem = f"invalid YAML/JSON{where}"
             return False
         for report in reports:
             report()
@@ -267,8 +272,11 @@ class ManifestSource:
         self._synced_once = complete
 
     def rejections(self) -> list[tuple[str, str, str, str]]:
-        """(kind, namespace, name, reason) of every object the files hold that was rejected."""
-        return [(*oid, reason) for state in self.files.values() for oid, reason in state.reasons.items()]
+        """(kind, namespace, name, reason) of every object the files hold that was rejected, and
+        ("File", "", path, reason) of every file whose last read failed, with what serves meanwhile."""
+        files = [("File", "", str(path), f"{state.problem}; {state.keeping()}")
+                 for path, state in self.files.items() if state.problem]
+        return files + [(*oid, reason) for state in self.files.values() for oid, reason in state.reasons.items()]
 
     def status(self) -> str:
         """Why the source is not synced (for /ready): the files never read successfully."""
@@ -301,6 +309,12 @@ def _reason(exc: InvalidObject) -> str:
 
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    """The parser's reason without its position and excerpt (the line is given beside it), e.g. `mapping
+    values are not allowed here`; the whole message when it has no separate reason."""
+    return str(getattr(exc, "problem", None) or "") or _one_line(exc)
 
 
 def default_paths() -> list[Path]:

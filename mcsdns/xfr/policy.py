@@ -10,7 +10,7 @@ The decisions, in the order they are taken (`Policy.decide`):
    signed, our time in the other data (5.2.3). Without a key configured, a
    signed request is BADKEY;
 3. class not IN: REFUSED (as the query path refuses other classes); the name is
-   not the apex of a served forward zone: NOTAUTH; not synced yet: SERVFAIL (a
+   not the apex of a served zone (forward, or reverse with --reverse-cidr): NOTAUTH; not synced yet: SERVFAIL (a
    transfer before the initial list would hand out a partial zone);
 4. AXFR over UDP: NOTIMP (RFC 5936 4.2 defines none; Knot answers the same);
    IXFR whose authority section is not one SOA of the zone: FORMERR;
@@ -40,7 +40,7 @@ from ..zone import vocab
 from ..zone.table import Table
 from ..zone.wire import AA, QR, RD, U16
 from .request import Request, Unreadable, arcount, ixfr_serial, rcode_reply, read_request
-from .stream import pack_all, soa_message, soa_record
+from .stream import pack_all, soa_message, soa_record, wire_labels
 from .tsig import BADKEY, BADSIG, BADTIME, NOTAUTH, Signer
 from .zonefile import Owned
 
@@ -60,6 +60,9 @@ class Policy:
         self.key = key
         self.on_result = on_result  # metrics: (type, result) of every transfer request
         self.zones = {z: name for z, name in zip(table.zones, table.config.zones)}  # apex wire form -> name
+        # --reverse-cidr: the reverse zones, transferred whole (no IXFR journal: an IXFR behind our
+        # serial gets the whole zone, as RFC 1995 4 allows); not NOTIFY'd (`zones` are).
+        self.reverse_zones = {z: ".".join(label.decode() for label in wire_labels(z)) for z in table.reverse_zones}
         self.clock: Callable[[], float] = time.time
         self.journal: Journal | None = None  # IXFR's history; None: every IXFR not current falls back
         self.on_fallback: Callable[[str], None] | None = None  # metrics: why an IXFR got the whole zone
@@ -114,7 +117,7 @@ class Policy:
         if req.qclass != vocab.CLASS_IN:
             yield fail(vocab.REFUSED, "class")
             return
-        zone = self.zones.get(req.lname)
+        zone = self.zones.get(req.lname) or self.reverse_zones.get(req.lname)
         if zone is None:
             yield fail(NOTAUTH, "notauth")
             return
@@ -134,7 +137,10 @@ class Policy:
                 self._result(kind, "current" if client_serial == serial else "udp_soa")
                 yield dress(soa_message(self.table, zone), req, ctx)
                 return
-            diff = self.journal.since(client_serial, serial) if self.journal is not None else "unknown"
+            if req.lname in self.reverse_zones:
+                diff: Any = "reverse_zone"  # no journal of a reverse zone's changes
+            else:
+                diff = self.journal.since(client_serial, serial) if self.journal is not None else "unknown"
             if isinstance(diff, str):  # no history from that serial: the whole zone (RFC 1995 4)
                 if self.on_fallback is not None:
                     self.on_fallback(diff)

@@ -15,11 +15,11 @@ import asyncio
 import struct
 from typing import Iterator
 
-from ..zone import vocab
+from ..zone import reverse, vocab
 from ..zone.compiler import NS_NAME, Service
 from ..zone.schedule import collector_paused
 from ..zone.table import Table
-from ..zone.vocab import Record
+from ..zone.vocab import Absolute, Record
 from ..zone.wire import (HEADER, RR_FIXED, SOA_EXPIRE, SOA_REFRESH, SOA_RETRY, SOA_TIMERS, SRV_FIXED, address_record,
                          encode_labels, pointer)
 from .zonefile import Owned, apex_owned, owned_records
@@ -81,6 +81,32 @@ class Snapshot:
         yield self.soa
 
 
+class ReverseSnapshot:
+    """A reverse zone (`--reverse-cidr`) at one serial: its records taken whole when the transfer
+    starts (the PTR index changes in place, so a lazy walk could mix serials). A reverse zone holds
+    one PTR per indexed address in it: a list of tuples, built in one go."""
+
+    def __init__(self, table: Table, lname: bytes) -> None:
+        self.generation = table.generation
+        self.soa = soa_record(table)
+        zone = tuple(label.decode() for label in wire_labels(lname))
+        self.rest = reverse.zone_records(zone, table.ptr, table.forward_zones, table.ttl, table.config.ns_addresses)
+
+    def records(self) -> Iterator[Owned]:
+        yield self.soa
+        yield from self.rest
+        yield self.soa
+
+
+def wire_labels(lname: bytes) -> list[bytes]:
+    """The labels of a wire-form name (no compression: a zone apex as the table keeps it)."""
+    labels, i = [], 0
+    while lname[i]:
+        labels.append(lname[i + 1 : i + 1 + lname[i]])
+        i += 1 + lname[i]
+    return labels
+
+
 class AxfrStream:
     """One zone's AXFR messages at one serial (ID 0, the question `zone AXFR IN` in the first), packed
     as the transfers reading them ask for them.
@@ -95,7 +121,7 @@ class AxfrStream:
     one goes when its last transfer ends.
     """
 
-    def __init__(self, snapshot: Snapshot, zone: str) -> None:
+    def __init__(self, snapshot: Snapshot | ReverseSnapshot, zone: str) -> None:
         self.generation = snapshot.generation
         self.messages: list[bytes] = []
         self.done = False
@@ -176,6 +202,8 @@ class Packer:
                 text = data.encode()  # type: ignore[attr-defined]
                 rdata = b"".join(bytes([len(text[i : i + 255])]) + text[i : i + 255]
                                  for i in range(0, max(len(text), 1), 255))
+            elif type(data) is Absolute:  # a reverse zone's PTR: a forward-zone name, written whole
+                rdata = encode_labels(data.labels) + b"\x00"
             elif rtype == vocab.NS or rtype == vocab.PTR:  # a PTR of DNS-SD browsing (--dns-sd)
                 rdata = self._name(_flat(data), at)  # type: ignore[arg-type]
             elif rtype == vocab.SOA:

@@ -31,7 +31,7 @@ from ..zone.table import Table
 from ..zone.wire import U16
 from .policy import Incremental, Policy, Whole, dress
 from .request import Unreadable, rcode_reply, read_request, signed
-from .stream import AxfrStream, Snapshot, soa_message
+from .stream import AxfrStream, ReverseSnapshot, Snapshot, soa_message
 
 if TYPE_CHECKING:
     from ..serve.tcp import Stream  # the connection a transfer writes to (write + drain)
@@ -115,15 +115,19 @@ class Transfers(Policy):
 
     def soa_message(self, lname: bytes) -> bytes:
         """The zone's current SOA as a one-answer message (ID 0, question `zone AXFR IN`): NOTIFY's base."""
-        return soa_message(self.table, self.zones[lname])
+        return soa_message(self.table, self.zones.get(lname) or self.reverse_zones[lname])
 
     def _stream(self, lname: bytes) -> AxfrStream:
         """The zone's messages at the table's current serial: the stream of a transfer still under way or
         done at this serial, else a new one from a snapshot taken now."""
         stream = self._streams.get(lname)
         if stream is None or stream.generation != self.table.generation:
-            zone = self.zones[lname]
-            stream = self._streams[lname] = AxfrStream(Snapshot(self.table), zone)
+            if lname in self.reverse_zones:
+                snapshot: Snapshot | ReverseSnapshot = ReverseSnapshot(self.table, lname)
+                zone = self.reverse_zones[lname]
+            else:
+                snapshot, zone = Snapshot(self.table), self.zones[lname]
+            stream = self._streams[lname] = AxfrStream(snapshot, zone)
         return stream
 
     def _count(self, data: bytes, result: str) -> None:

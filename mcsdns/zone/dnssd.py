@@ -5,7 +5,8 @@ With the flag, the table also holds, per zone Z:
     b._dns-sd._udp.Z                     PTR  <ns>.svc.Z                 each namespace with imports (section 11)
     _services._dns-sd._udp.<ns>.svc.Z    PTR  _<port>._<proto>.<ns>.svc.Z  each named port there (section 9)
     _<port>._<proto>.<ns>.svc.Z          PTR  <svc>._<port>._<proto>.<ns>.svc.Z  each service with it (section 4)
-    <svc>._<port>._<proto>.<ns>.svc.Z    SRV  0 0 <port> <svc>.<ns>.svc.Z  and an empty TXT (section 6.1)
+    <svc>._<port>._<proto>.<ns>.svc.Z    SRV  0 0 <port> <svc>.<ns>.svc.Z  and an empty TXT (section 6.1);
+                                         the SRV with <svc>.<ns>.svc.Z's A/AAAA in Additional (section 12.2)
 
 A service offers `_<port>._<proto>` when its own `_<port>._<proto>.<svc>.<ns>.svc.Z`
 has entries (compiler.service_entries, the zone logic's own grouping): the
@@ -65,10 +66,24 @@ def kind_labels(namespace: str, kind: Kind) -> tuple[str, ...]:
     return (f"_{kind[0]}", f"_{kind[1]}", namespace, "svc")
 
 
-def instance_answers(namespace: str, service: str, kind: Kind, ports: tuple[int, ...], ttl: int) -> list[Compiled]:
-    """`<svc>._<port>._<proto>.<ns>.svc`: SRV to the service name with each port, an empty TXT."""
+def instance_answers(namespace: str, service: str, kind: Kind, ports: tuple[int, ...], ttl: int,
+                     glue: tuple[Record, ...] = ()) -> list[Compiled]:
+    """`<svc>._<port>._<proto>.<ns>.svc`: SRV to the service name with each port (and `glue`, the
+    target's addresses, in Additional), an empty TXT."""
     srv = tuple(Record(None, vocab.SRV, ttl, (0, 0, port, (service, namespace, "svc"))) for port in ports)
-    return _named((service,) + kind_labels(namespace, kind), vocab.SRV, srv, (vocab.TXT, (Record(None, vocab.TXT, ttl, ""),)))
+    return _named((service,) + kind_labels(namespace, kind), vocab.SRV, srv, (vocab.TXT, (Record(None, vocab.TXT, ttl, ""),)),
+                  additional=glue)
+
+
+def instance_glue(svc: Service, ttl: int, ports: int) -> tuple[Record, ...]:
+    """The A and AAAA records of an instance's SRV target, the service name: what a browser connects to
+    next, so RFC 6763 12.2 asks for them in Additional (as CoreDNS's SRV answers carry their glue).
+    The service name's own addresses (ClusterSetIP: spec.ips; Headless: every ready endpoint), at
+    most as many as a reply can carry beside the `ports` SRV records."""
+    entries = compiler.service_entries(svc)[0][0]
+    target = (svc.imp.name, svc.imp.namespace, "svc")
+    glue = tuple(Record(target, r.rtype, r.ttl, r.data) for v6 in (False, True) for r in compiler.address_records(entries, v6, ttl))
+    return glue[: compiler.REPLY_RECORDS_MAX - ports]
 
 
 def kind_answers(namespace: str, kind: Kind, services: Iterable[str], ttl: int) -> list[Compiled]:
@@ -89,12 +104,14 @@ def browse_answers(namespaces: Iterable[str], ttl: int) -> list[Compiled]:
 
 
 def _named(labels: tuple[str, ...], qtype: int, records: tuple[Record, ...],
-           extra: tuple[int, tuple[Record, ...]] | None = None) -> list[Compiled]:  # fmt: skip
-    """(labels, type, answer) for each of TYPES: `records` for `qtype` (and `extra`), NODATA for the rest."""
+           extra: tuple[int, tuple[Record, ...]] | None = None, additional: tuple[Record, ...] = ()) -> list[Compiled]:  # fmt: skip
+    """(labels, type, answer) for each of TYPES: `records` (with `additional`) for `qtype`, and `extra`;
+    NODATA for the rest."""
     out = []
     for t in TYPES:
         recs = records if t == qtype else extra[1] if extra is not None and t == extra[0] else ()
-        out.append((labels, t, Answer(vocab.NOERROR, recs) if recs else compiler.NODATA))
+        more = additional if t == qtype else ()
+        out.append((labels, t, Answer(vocab.NOERROR, recs, more) if recs else compiler.NODATA))
     return out
 
 
@@ -105,6 +122,7 @@ class DnsSd:
         self.table = table
         self.by_ns: dict[str, set[str]] = {}  # namespace -> names of its imports
         self.offers: dict[ServiceKey, dict[Kind, tuple[int, ...]]] = {}  # what each served service offers
+        self.glue: dict[ServiceKey, tuple[Record, ...]] = {}  # its instances' Additional: its addresses
         self.kinds: dict[str, dict[Kind, set[str]]] = {}  # namespace -> kind -> services offering it
         self.owned: dict[Hashable, list[bytes]] = {}  # what a compiled part put in the table
         self.names: set[bytes] = set()  # lower-cased wire names that exist
@@ -152,8 +170,11 @@ class DnsSd:
         svc = self.table.service(ns, name)
         new = offered(svc) if svc is not None and self.table.namespace_exposed(ns) else {}
         old = self.offers.pop(key, {})
+        glue = instance_glue(svc, self.table.ttl, max(len(p) for p in new.values())) if new and svc is not None else ()
+        old_glue = self.glue.pop(key, ())
         if new:
             self.offers[key] = new
+            self.glue[key] = glue
         offering = self.kinds.setdefault(ns, {})
         for kind in old.keys() - new.keys():
             offering[kind].discard(name)
@@ -163,9 +184,9 @@ class DnsSd:
             offering.setdefault(kind, set()).add(name)
         if not offering:
             del self.kinds[ns]
-        if new != old:
+        if new != old or glue != old_glue:  # the ports, or the addresses the instances' Additional holds
             self._swap(("instances", key),
-                       [c for kind, ports in new.items() for c in instance_answers(ns, name, kind, ports, self.table.ttl)])  # fmt: skip
+                       [c for kind, ports in new.items() for c in instance_answers(ns, name, kind, ports, self.table.ttl, glue)])  # fmt: skip
         return old.keys() ^ new.keys()
 
     def exists(self, lname: bytes) -> bool:

@@ -160,7 +160,7 @@ class PtrIndex:
         self.networks = networks
         self.names: dict[bytes, dict[tuple[str, str], list[Labels]]] = {}
         self.of_service: dict[tuple[str, str], tuple[bytes, ...]] = {}
-        self._sorted: dict[int, list[bytes]] = {4: [], 16: []}
+        self._sorted: dict[int, list[bytes]] = {4: [], 16: []}  # by address length: IPv4, IPv6
 
     def covers(self, key: bytes) -> bool:
         addr = ipaddress.ip_address(key)
@@ -191,6 +191,10 @@ class PtrIndex:
             self.of_service[service] = tuple(kept)
         return affected
 
+    def addresses(self) -> list[bytes]:
+        """Every indexed address (packed), IPv4 first, each family in order."""
+        return self._sorted[4] + self._sorted[16]
+
     def targets(self, key: bytes) -> list[Labels]:
         """Every name of the address (relative to the forward zone), by service, without repeats."""
         out: list[Labels] = []
@@ -218,6 +222,21 @@ class PtrIndex:
 def ptr_answer(targets: list[Labels], forward_zones: tuple[Labels, ...], ttl: int) -> Answer:
     """The PTR answer of an address: each of its names in each forward zone."""
     return Answer(NOERROR, tuple(Record(None, PTR, ttl, Absolute(name + zone)) for zone in forward_zones for name in targets))
+
+
+def zone_records(zone: Labels, index: PtrIndex, forward_zones: tuple[Labels, ...], ttl: int,
+                 ns_addresses: tuple[str, ...]) -> list[tuple[Labels, Record]]:
+    """Every record of the reverse `zone` but its SOA, as (owner labels left of the zone, record), the
+    addresses in order: the apex NS, the addresses of `ns.dns` below it (as `answer` gives them), and
+    each address's PTR records. What a zone transfer of it sends, taken at once (a snapshot)."""
+    out: list[tuple[Labels, Record]] = [((), Record(None, NS, ttl, NS_NAME))]
+    out += [(NS_NAME, Record(None, AAAA if ":" in ip else A, ttl, ip)) for ip in ns_addresses]
+    n = len(zone)
+    for key in index.addresses():
+        labels = pointer_labels(key)
+        if labels[-n:] == zone:
+            out += [(labels[:-n], rec) for rec in ptr_answer(index.targets(key), forward_zones, ttl).answer]
+    return out
 
 
 # --------------------------------------------------------------------------- the answer

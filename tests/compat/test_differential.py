@@ -113,6 +113,7 @@ def test_contract_fixture_same_answers(world: World) -> None:
 # --------------------------------------------------------------------------- generated cluster set
 
 
+@pytest.mark.slow
 def test_generated_cluster_set_same_answers(world: World) -> None:
     """The generated cluster set plus the contract fixture, all namespaces exposed."""
     items = asks(names(world.everything), SEED + 1)

@@ -61,6 +61,7 @@ def addresses_by_locality(world: World) -> tuple[set[str], set[str]]:
     return local - other, other - local
 
 
+@pytest.mark.slow
 def test_flags_on_same_answer_sets_as_coredns(world: World, flagged: CompatServer) -> None:
     eventually(lambda: flagged.http("/ready")[0] == 200, 60, 0.2, what="the flagged mcsdns synced")
     questions = [ask for _, ask in asks(names(world.everything), SEED, transports=(UDP_EDNS, TCP))]
