@@ -17,6 +17,8 @@ is held to its folder's rules without a list to update:
 * the pure core of `zone/` (the vocabulary, names, the compiler, reverse) imports only itself,
   the object model and computation-only standard modules;
 * `zone/vocab` is the bottom: it imports nothing from mcsdns;
+* no module imports another's private name (`from .wire import _x`): what crosses a module
+  boundary is public, so its owner sees who depends on it;
 * every folder of mcsdns/ is one of the packages these rules know;
 * docs/architecture.md names every module, so the map stays complete.
 """
@@ -222,6 +224,27 @@ def test_the_pure_core_imports_only_itself_and_the_objects(module: str):
 
 def test_the_vocabulary_is_the_bottom():
     assert imports_of(PACKAGE / "zone" / "vocab.py")[0] == set()
+
+
+def private_imports(path: Path) -> list[str]:
+    """The `_private` names `path` imports from other mcsdns modules (`__version__` and the like are public)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("mcsdns")):
+            found += [alias.name for alias in node.names
+                      if alias.name.startswith("_") and not (alias.name.startswith("__") and alias.name.endswith("__"))]
+    return found
+
+
+def test_private_imports_are_found(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("from .wire import _check, public\nfrom mcsdns import __version__\nfrom os import _exit\n")
+    assert private_imports(sample) == ["_check"]
+
+
+@pytest.mark.parametrize("module", sorted(modules()))
+def test_no_private_name_crosses_a_module(module: str):
+    assert private_imports(modules()[module]) == [], f"{module} imports a private name of another module"
 
 
 def test_every_folder_is_a_package_with_rules():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 
 from ..zone.vocab import AAAA, CLASS_CH, CLASS_IN, CNAME, DNAME, MX, NS, OPT, PTR, SOA, SRV, TXT, A
-from ..zone.wire import Malformed, _check_options
+from ..zone.wire import Malformed, check_options
 
 # The reasons a reply is dropped, in the order they are checked (`source` is checked by the
 # socket layer before anything is read); exported so the metric shows every one from the start.
@@ -101,7 +101,7 @@ def _check_records(data: bytes, i: int) -> None:
         if rtype == OPT:
             if seen_opt or index < an + ns or data[owner] != 0:
                 raise Malformed("bad, misplaced or repeated OPT record")
-            _check_options(data, start, i)
+            check_options(data, start, i)
             seen_opt = True
         elif checks_data(rtype, rclass):
             _check_data(data, rtype, rclass, start, i)

@@ -143,7 +143,7 @@ def _read_edns(q: Query, data: bytes, i: int, skip: int, ar: int) -> None:
             # RFC 6891 6.1.1: one OPT at most, in the additional section, owned by the root.
             if seen_opt or index < skip or data[start] != 0:
                 raise Malformed("bad, misplaced or repeated OPT record")
-            _check_options(data, i - rdlen, i)
+            check_options(data, i - rdlen, i)
             seen_opt = True
             q.edns = True
             q.udp_size = max(MAX_UDP, rclass)
@@ -152,7 +152,7 @@ def _read_edns(q: Query, data: bytes, i: int, skip: int, ar: int) -> None:
             q.do = bool(ttl & 0x8000)
 
 
-def _check_options(data: bytes, i: int, end: int) -> None:
+def check_options(data: bytes, i: int, end: int) -> None:
     """Each EDNS option is code, length, data, and the last one ends exactly at the record's end."""
     while i < end:
         if i + 4 > end:
