@@ -393,7 +393,9 @@ def install_crds(cl: Cluster, cache: Path) -> list[str]:
 
         def established(name: str = name) -> bool:
             got = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name)
-            return any(c["type"] == "Established" and c["status"] == "True" for c in got.get("status", {}).get("conditions", []))
+            # A CRD just applied can read back with `conditions: null` before the API server sets them.
+            conditions = (got.get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
         _poll(established, 60, f"CRD {name} Established")
     # Every served version listable (discovery and the watch cache lag Established).
