@@ -24,6 +24,7 @@ import http.client
 import ipaddress
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -487,19 +488,35 @@ class KubeClient:
 # --------------------------------------------------------------------------- #
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A loopback port free for both UDP and TCP right now (DNS servers bind both)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-            tcp.bind(("127.0.0.1", 0))
-            port = tcp.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no free port")
+    """A loopback port free for both UDP and TCP right now (DNS servers bind both).
+
+    The port comes from below the kernel's ephemeral range: a port the kernel hands out (bind to 0)
+    is also what it hands the next outgoing connection as its source port, so between this check and
+    the server's bind any client on the machine (a kube-apiserver's watch, a test's HTTP GET) can take
+    it and the server's TCP bind fails with EADDRINUSE."""
+    low, _ = _ephemeral_range()
+    # 20000-29999 also keeps clear of the well-known ports a one-node cluster binds (kubelet's 102xx,
+    # the NodePort range from 30000).
+    top = max(min(low - 1, 29999), 20001)
+    for _ in range(200):
+        port = random.randint(20000, top)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            try:
+                tcp.bind(("127.0.0.1", port))
+                udp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def _load_libc() -> Any:
