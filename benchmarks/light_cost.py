@@ -67,7 +67,8 @@ def stepper(seconds: float, opts: Options) -> Step:
             got = figures(run, rate)
         if not run.completed:
             where = "saturated" if rate == MAX else f"at {rate:g} q/s"
-            raise NoAnswer(f"{server.label} answered nothing of {qfile.stem} {where}: {run.note}")
+            raise NoAnswer(f"{server.label} answered nothing of {qfile.stem} {where}: {run.sent} sent, "
+                           f"{run.lost} lost; {run.note}")
         got["late"] = run.late
         return got
     return step

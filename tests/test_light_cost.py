@@ -304,3 +304,25 @@ def test_dnsperf_2_10_never_ends_when_told_to_suppress_a_late_reply(tmp_path: Pa
         assert sorted(states) == ["R", "S"], states  # main (joining) and the receiver (spinning); no sender
     else:
         assert ended
+
+
+def test_a_run_with_no_answer_fails_the_benchmark(tmp_path: Path, benchmark_tools: None) -> None:
+    """A run in which the server answered nothing is not measured again: light_cost's step raises
+    `NoAnswer` naming the server, the mix, the rate and dnsperf's own statistics (main() exits 1 on it)."""
+    import re
+    import socket
+
+    from benchmarks.light_cost import NoAnswer, stepper
+    from benchmarks.servers import Server
+    from benchmarks.suite import Options
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:  # bound, never answers
+        sink.bind(("127.0.0.1", 0))
+        server = Server("sink", tmp_path)
+        server.port = sink.getsockname()[1]
+        step = stepper(0.5, Options(out=tmp_path, quiet_wait=0.0))
+        with pytest.raises(NoAnswer) as failed:
+            step(server, _query_file(tmp_path), 200.0, False)
+    message = str(failed.value)
+    assert re.match(r"sink answered nothing of q at 200 q/s: (\d+) sent, \1 lost; dnsperf exited 0 after", message), message
+    assert int(message.split()[8]) >= 150, message  # 0.5 s + the 0.5 s warm-up at 200 q/s
