@@ -1,0 +1,458 @@
+"""mcsdns in the one-node cluster for N minutes, every answer checked, while everything around it moves.
+
+usage: python -m benchmarks.cluster_soak --minutes N [--out FILE] [--cluster-dir DIR]   (as root)
+
+Without --cluster-dir it brings testsupport/cluster.py's cluster up and down; with it, it uses the
+cluster already up there and leaves it up, removing only what it deployed. mcsdns is deployed from
+deploy/ with the image of this checkout (tools/testbin/build-images.sh) and CoreDNS's stub zone is
+pointed at it, as docs/install.md says. In a client pod two shell loops (UDP and TCP) run dig back to
+back through the cluster DNS Service over every name form: a ClusterSetIP A, a headless A, an SRV,
+a per-endpoint name that comes and goes, an import that comes and goes, and a name that never
+exists. They write to a file in the pod, so they survive the kube-apiserver restart (kubectl exec
+streams through it); the file is read at the end.
+
+Meanwhile this process changes one ServiceImport or EndpointSlice every few seconds through the API
+(recording when each write was sent and returned) and, one per phase: rolls mcsdns out 3 times,
+deletes an mcsdns pod (once gracefully, once `--grace-period=0 --force`), restarts the kube-apiserver
+(SIGTERM and the same command line again), and rolls CoreDNS out once. Every answer is checked
+against the API state at its time, allowing docs/install.md's propagation window (cache 5 s + 2 s).
+It reports per phase the queries sent / answered / wrong / lost, every loss window with the event
+before it, mcsdns's RSS and open fds sampled over the run, and restarts nobody caused; JSON to
+--out, text to stdout. A Knot secondary is not part of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from testsupport import objects
+from testsupport.cluster import (
+    CLIENT_NAMESPACE,
+    Cluster,
+    ClusterError,
+    State,
+    _alive,
+    _start_time,
+    client_sh,
+    kustomize_overlay,
+    point_coredns_at,
+    remove_later,
+    start_client,
+)
+
+from . import provenance
+from .cluster_soak_check import PROPAGATION_WINDOW, Query, Timeline, cause, judge, parse_line, windows
+
+REPO = Path(__file__).resolve().parent.parent
+NS = "mcsdns"
+DEMO = "soak"
+ZONE = "clusterset.local"
+POD = "soak-client"
+CHURN_INTERVAL = 3.0
+SAMPLE_INTERVAL = 15.0
+SETTLE = 10.0  # quiet time after each event before the next phase begins
+
+WEB_IPS = ["10.245.0.10", "10.245.0.11", "10.245.0.12"]
+DB_PORTS = [{"name": "pg", "port": 5432, "protocol": "TCP"}]
+DB_EPS = [("db-0", "10.245.1.1"), ("db-1", "10.245.1.2")]
+DB_2 = ("db-2", "10.245.1.3")
+FLIP_IP = "10.245.2.1"
+
+
+def fqdn(name: str) -> str:
+    return f"{name}.{DEMO}.svc.{ZONE}"
+
+
+# key -> (dig type, name)
+QUERIES = {
+    "web": ("A", fqdn("web")),
+    "db": ("A", fqdn("db")),
+    "srv": ("SRV", f"_pg._tcp.{fqdn('db')}"),
+    "db-2": ("A", f"db-2.c1.{fqdn('db')}"),
+    "flip": ("A", fqdn("flip")),
+    "nope": ("A", fqdn("nope")),
+}
+
+LOOP = """\
+proto=$1; stop=/tmp/soak-stop
+while [ ! -f $stop ]; do
+  for q in {queries}; do
+    key=${{q%%:*}}; rest=${{q#*:}}; type=${{rest%%:*}}; name=${{rest#*:}}
+    flag=""; [ "$proto" = tcp ] && flag=+tcp
+    t0=$(date +%s.%N)
+    out=$(dig +time=3 +tries=1 +noall +comments +answer $flag $type $name 2>&1 | tr '\\n' '|')
+    t1=$(date +%s.%N)
+    echo "Q $t0 $t1 $key $proto $out"
+    sleep {pause}
+  done
+done
+"""
+
+
+class Soak:
+    def __init__(self, cl: Cluster, work: Path, minutes: float, pause: float) -> None:
+        self.cl, self.work, self.minutes, self.pause = cl, work, minutes, pause
+        self.api = cl.api()
+        self.timeline = Timeline()
+        self.events: list[tuple[float, str]] = []
+        self.phases: list[tuple[float, str]] = []
+        self.samples: list[dict] = []
+        self.churn_writes = 0
+        self.churn_errors: list[str] = []
+        self.stop = threading.Event()
+        self.churn_paused = threading.Event()
+        self.web = 0
+        self.db2 = False
+        self.flip = True
+
+    # -- the API state ----------------------------------------------------- #
+
+    def _db_slice(self) -> dict:
+        eps = [*DB_EPS, DB_2] if self.db2 else DB_EPS
+        return objects.endpoint_slice(DEMO, "db-c1", "db", "c1",
+                                      [objects.endpoint([ip], hostname=h) for h, ip in eps], ports=DB_PORTS)
+
+    def _write(self, keys_answers: dict[str, tuple[str, frozenset[str]]], do) -> None:
+        sent = time.time()
+        do()
+        done = time.time()
+        for key, answer in keys_answers.items():
+            self.timeline.set(key, sent, done, answer)
+        self.churn_writes += 1
+
+    def _db_answers(self) -> dict:
+        eps = [*DB_EPS, DB_2] if self.db2 else DB_EPS
+        return {"db": ("NOERROR", frozenset(ip for _, ip in eps)),
+                "srv": ("NOERROR", frozenset(f"{h}.c1.{fqdn('db')}" for h, _ in eps)),
+                "db-2": ("NOERROR", frozenset([DB_2[1]])) if self.db2 else ("NXDOMAIN", frozenset())}
+
+    def seed(self) -> None:
+        self.api.apply(objects.namespace(DEMO))
+        self._write({"web": ("NOERROR", frozenset([WEB_IPS[0]]))},
+                    lambda: self.api.apply(objects.service_import(DEMO, "web", [WEB_IPS[0]])))
+        self._write({}, lambda: self.api.apply(objects.service_import(DEMO, "db", headless=True, ports=DB_PORTS)))
+        self._write(self._db_answers(), lambda: self.api.apply(self._db_slice()))
+        self._write({"flip": ("NOERROR", frozenset([FLIP_IP]))},
+                    lambda: self.api.apply(objects.service_import(DEMO, "flip", [FLIP_IP])))
+        self._write({"nope": ("NXDOMAIN", frozenset())}, lambda: None)
+
+    def churn_step(self, step: int) -> None:
+        which = step % 3
+        if which == 0:
+            self.web = (self.web + 1) % len(WEB_IPS)
+            ip = WEB_IPS[self.web]
+            self._write({"web": ("NOERROR", frozenset([ip]))},
+                        lambda: self.api.apply(objects.service_import(DEMO, "web", [ip])))
+        elif which == 1:
+            self.db2 = not self.db2
+            self._write(self._db_answers(), lambda: self.api.apply(self._db_slice()))
+        else:
+            self.flip = not self.flip
+            if self.flip:
+                self._write({"flip": ("NOERROR", frozenset([FLIP_IP]))},
+                            lambda: self.api.apply(objects.service_import(DEMO, "flip", [FLIP_IP])))
+            else:
+                self._write({"flip": ("NXDOMAIN", frozenset())},
+                            lambda: self.api.delete(objects.MCS_API, "ServiceImport", DEMO, "flip"))
+
+    def churn(self) -> None:
+        step = 0
+        while not self.stop.wait(CHURN_INTERVAL):
+            if self.churn_paused.is_set():
+                continue
+            try:
+                self.churn_step(step)
+            except Exception as err:  # noqa: BLE001 - a failed write is reported, the soak goes on
+                # The state is unknown after a failed write: the next step of the same kind sets it.
+                self.churn_errors.append(f"{time.strftime('%T')} {err}"[:200])
+            step += 1
+
+    # -- samples ----------------------------------------------------------- #
+
+    def sample(self) -> None:
+        probe = ("import os;s=open('/proc/1/status').read();"
+                 "print([l.split()[1] for l in s.splitlines() if l.startswith('VmRSS')][0], len(os.listdir('/proc/1/fd')))")
+        pods = self.cl.kubectl("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=mcsdns", "-o", "json",
+                               check=False, timeout=20)
+        if pods.returncode != 0:
+            return
+        for pod in json.loads(pods.stdout)["items"]:
+            name = pod["metadata"]["name"]
+            if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") != "Running":
+                continue
+            out = self.cl.kubectl("-n", NS, "exec", name, "--", "python", "-c", probe, check=False, timeout=20)
+            if out.returncode == 0 and len(out.stdout.split()) == 2:
+                rss_kb, fds = out.stdout.split()
+                restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+                self.samples.append({"t": time.time(), "pod": name, "rss_mb": round(int(rss_kb) / 1024, 1),
+                                     "fds": int(fds), "restarts": restarts})
+
+    def sampler(self) -> None:
+        while not self.stop.wait(SAMPLE_INTERVAL):
+            try:
+                self.sample()
+            except (subprocess.SubprocessError, ClusterError, ValueError):
+                pass
+
+    # -- events ------------------------------------------------------------ #
+
+    def event(self, name: str) -> None:
+        self.events.append((time.time(), name))
+        print(f"{time.strftime('%T')} {name}", flush=True)
+
+    def rollout_mcsdns(self, n: int) -> None:
+        self.event(f"mcsdns rollout {n}")
+        self.cl.kubectl("-n", NS, "rollout", "restart", "deployment/mcsdns")
+        self.cl.kubectl("-n", NS, "rollout", "status", "deployment/mcsdns", "--timeout=240s", timeout=260)
+
+    def delete_pod(self, force: bool) -> None:
+        victim = self.cl.kubectl("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=mcsdns", "-o",
+                                 "jsonpath={.items[0].metadata.name}").stdout
+        extra = ["--grace-period=0", "--force"] if force else []
+        self.event(f"mcsdns pod {victim} deleted" + (" (--grace-period=0 --force)" if force else ""))
+        self.cl.kubectl("-n", NS, "delete", "pod", victim, *extra, "--wait=true", timeout=120)
+        self.cl.kubectl("-n", NS, "rollout", "status", "deployment/mcsdns", "--timeout=240s", timeout=260)
+
+    def restart_apiserver(self) -> None:
+        """SIGTERM the kube-apiserver `up` started and run its command line again (its record in
+        state.json updated, so `down` stops the new one)."""
+        state = State.load(self.cl.dir)
+        record = next(p for p in state.data["processes"] if p["name"] == "kube-apiserver" and _alive(p))
+        argv = Path(f"/proc/{record['pid']}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        self.churn_paused.set()
+        self.event("kube-apiserver restart")
+        os.kill(record["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while _alive(record):
+            if time.monotonic() > deadline:
+                os.kill(record["pid"], signal.SIGKILL)
+            time.sleep(0.2)
+        log = open(self.cl.dir / "control-plane" / "kube-apiserver.log", "ab")  # noqa: SIM115
+        with log:
+            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        record.update(pid=popen.pid, start=_start_time(popen.pid))
+        state.save()
+        deadline = time.monotonic() + 120
+        while self.cl.kubectl("get", "--raw", "/readyz", check=False, timeout=10).stdout.strip() != "ok":
+            if time.monotonic() > deadline:
+                raise ClusterError("kube-apiserver not ready 120 s after its restart")
+            time.sleep(0.5)
+        self.api = self.cl.api()
+        self.churn_paused.clear()
+
+    def rollout_coredns(self) -> None:
+        self.event("CoreDNS rollout")
+        self.cl.kubectl("-n", "kube-system", "rollout", "restart", "deployment/coredns")
+        self.cl.kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=240s", timeout=260)
+
+    # -- the run ----------------------------------------------------------- #
+
+    def start_loops(self) -> None:
+        queries = " ".join(f"{key}:{t}:{name}" for key, (t, name) in QUERIES.items())
+        script = LOOP.format(queries=queries, pause=self.pause)
+        self.cl.kubectl("-n", CLIENT_NAMESPACE, "exec", "-i", POD, "--", "sh", "-c",
+                        "rm -f /tmp/soak-stop; cat > /tmp/soak-loop.sh", input=script)
+        for proto in ("udp", "tcp"):
+            client_sh(self.cl, f"nohup sh /tmp/soak-loop.sh {proto} > /tmp/soak-{proto}.log 2>&1 &", pod=POD)
+
+    def collect(self) -> list[Query]:
+        client_sh(self.cl, "touch /tmp/soak-stop", pod=POD)
+        time.sleep(5)
+        out = []
+        for proto in ("udp", "tcp"):
+            text = client_sh(self.cl, f"cat /tmp/soak-{proto}.log", pod=POD, timeout=120).stdout
+            (self.work / f"soak-{proto}.log").write_text(text)
+            out += [q for q in map(parse_line, text.splitlines()) if q is not None]
+        return out
+
+    def run(self) -> dict:
+        plan = [("baseline", lambda: None),
+                ("mcsdns rollout 1", lambda: self.rollout_mcsdns(1)),
+                ("mcsdns pod delete", lambda: self.delete_pod(False)),
+                ("mcsdns rollout 2", lambda: self.rollout_mcsdns(2)),
+                ("mcsdns pod delete --force", lambda: self.delete_pod(True)),
+                ("kube-apiserver restart", self.restart_apiserver),
+                ("mcsdns rollout 3", lambda: self.rollout_mcsdns(3)),
+                ("CoreDNS rollout", self.rollout_coredns),
+                ("tail", lambda: None)]
+        spacing = self.minutes * 60 / len(plan)
+        self.seed()
+        time.sleep(PROPAGATION_WINDOW)
+        self.start_loops()
+        threads = [threading.Thread(target=self.churn, daemon=True), threading.Thread(target=self.sampler, daemon=True)]
+        for t in threads:
+            t.start()
+        started = time.time()
+        self.sample()
+        for name, action in plan:
+            phase_start = time.time()
+            self.phases.append((phase_start, name))
+            action()
+            time.sleep(max(SETTLE, spacing - (time.time() - phase_start)))
+        self.sample()
+        self.stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        ended = time.time()
+        queries = self.collect()
+        return self.report(queries, started, ended)
+
+    def report(self, queries: list[Query], started: float, ended: float) -> dict:
+        judged = [(q, judge(q, self.timeline)) for q in queries if started <= q.sent <= ended]
+        phases = []
+        bounds = [t for t, _ in self.phases] + [ended]
+        for i, (t, name) in enumerate(self.phases):
+            inside = [(q, v) for q, v in judged if t <= q.sent < bounds[i + 1]]
+            phases.append({"phase": name, "seconds": round(bounds[i + 1] - t, 1), "sent": len(inside),
+                           "answered": sum(v != "lost" for _, v in inside),
+                           "wrong": sum(v == "wrong" for _, v in inside),
+                           "lost": sum(v == "lost" for _, v in inside)})
+        wins = []
+        for w in windows(judged):
+            c = cause(w, self.events)
+            wins.append({
+                "start": dt.datetime.fromtimestamp(w.start, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3],
+                "seconds": round(w.end - w.start, 2),
+                "lost": sum(v == "lost" for _, v in w.failures), "wrong": sum(v == "wrong" for _, v in w.failures),
+                "answered_right_inside": w.answered_inside,
+                "after_event": c[0] if c else None, "seconds_after_event": round(c[1], 1) if c else None,
+                "by_proto": sorted({q.proto for q, _ in w.failures}), "by_name": sorted({q.key for q, _ in w.failures}),
+                "wrong_stale_by_max_s": max((round(self.timeline.stale_by(q.key, q.sent, q.answer) or -1, 2)
+                                             for q, v in w.failures if v == "wrong" and q.answer), default=None),
+                "wrong_never_held": sum(1 for q, v in w.failures if v == "wrong" and q.answer
+                                        and self.timeline.stale_by(q.key, q.sent, q.answer) is None),
+                "examples": [f"{q.proto} {q.key} {v}: {q.raw[:160]}" for q, v in w.failures[:3]],
+            })
+        by_pod: dict[str, list[dict]] = {}
+        for s in self.samples:
+            by_pod.setdefault(s["pod"], []).append(s)
+        memory = [{"pod": pod, "samples": len(ss), "rss_mb_first": ss[0]["rss_mb"], "rss_mb_last": ss[-1]["rss_mb"],
+                   "rss_mb_max": max(s["rss_mb"] for s in ss), "fds_first": ss[0]["fds"], "fds_last": ss[-1]["fds"],
+                   "fds_max": max(s["fds"] for s in ss), "seconds": round(ss[-1]["t"] - ss[0]["t"])}
+                  for pod, ss in by_pod.items()]
+        return {
+            "date": provenance.now(), "commit": provenance.commit(), "machine": provenance.machine(),
+            "command": "python -m benchmarks.cluster_soak " + " ".join(sys.argv[1:]),
+            "minutes": self.minutes, "seconds": round(ended - started, 1),
+            "propagation_window_s": PROPAGATION_WINDOW, "dig_timeout_s": 3,
+            "sent": len(judged), "answered": sum(v != "lost" for _, v in judged),
+            "wrong": sum(v == "wrong" for _, v in judged), "lost": sum(v == "lost" for _, v in judged),
+            "rate_qps": round(len(judged) / max(ended - started, 1), 1),
+            "churn_writes": self.churn_writes, "churn_errors": self.churn_errors,
+            "phases": phases, "loss_windows": wins,
+            "events": [{"t": dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S"), "event": e}
+                       for t, e in self.events],
+            "mcsdns_memory": memory, "restarts_not_caused": self.restarts(),
+        }
+
+    def restarts(self) -> list[dict]:
+        out = []
+        for ns in (NS, "kube-system", CLIENT_NAMESPACE):
+            pods = json.loads(self.cl.kubectl("-n", ns, "get", "pods", "-o", "json").stdout)["items"]
+            for pod in pods:
+                for c in pod["status"].get("containerStatuses", []):
+                    if c.get("restartCount", 0):
+                        out.append({"pod": f"{ns}/{pod['metadata']['name']}", "container": c["name"],
+                                    "restarts": c["restartCount"]})
+        return out
+
+
+def deploy(cl: Cluster, work: Path) -> None:
+    build = subprocess.run([str(REPO / "tools" / "testbin" / "build-images.sh")], capture_output=True, text=True,
+                           timeout=1800)
+    if build.returncode != 0:
+        raise ClusterError(f"tools/testbin/build-images.sh failed: {build.stderr[-500:]}")
+    cl.kubectl("apply", "-k", str(kustomize_overlay(work / "overlay")), "--server-side")
+    cl.kubectl("-n", NS, "rollout", "status", "deployment/mcsdns", "--timeout=240s", timeout=260)
+    ip = cl.kubectl("-n", NS, "get", "service", "mcsdns", "-o", "jsonpath={.spec.clusterIP}").stdout
+    point_coredns_at(cl, ip, work / "corefile")
+    start_client(cl, name=POD)
+
+
+def undeploy(cl: Cluster, work: Path) -> None:
+    cl.kubectl("-n", CLIENT_NAMESPACE, "delete", "pod", POD, "--wait=false", check=False)
+    cl.kubectl("delete", "namespace", DEMO, "--wait=false", check=False)
+    cl.kubectl("delete", "-k", str(work / "overlay"), "--wait=true", check=False, timeout=180)
+    point_coredns_at(cl, None, work / "corefile")
+
+
+def text(result: dict) -> str:
+    lines = [f"{result['seconds']:.0f} s, {result['sent']} queries ({result['rate_qps']} q/s), "
+             f"{result['answered']} answered, {result['wrong']} wrong, {result['lost']} lost; "
+             f"{result['churn_writes']} API writes ({len(result['churn_errors'])} failed)"]
+    lines.append(f"{'phase':28} {'s':>6} {'sent':>6} {'answered':>8} {'wrong':>6} {'lost':>5}")
+    for p in result["phases"]:
+        lines.append(f"{p['phase']:28} {p['seconds']:6.0f} {p['sent']:6} {p['answered']:8} {p['wrong']:6} {p['lost']:5}")
+    for w in result["loss_windows"]:
+        lines.append(f"window {w['start']} {w['seconds']} s: {w['lost']} lost, {w['wrong']} wrong, "
+                     f"{w['answered_right_inside']} right inside, wrong ones stale by <= {w['wrong_stale_by_max_s']} s "
+                     f"({w['wrong_never_held']} never held); {w['seconds_after_event']} s after "
+                     f"{w['after_event']!r}; {w['by_proto']} {w['by_name']}")
+    for m in result["mcsdns_memory"]:
+        lines.append(f"{m['pod']}: {m['samples']} samples over {m['seconds']} s, RSS {m['rss_mb_first']} -> "
+                     f"{m['rss_mb_last']} MB (max {m['rss_mb_max']}), fds {m['fds_first']} -> {m['fds_last']}")
+    lines.append(f"restarts not caused: {result['restarts_not_caused'] or 'none'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, default=None, help="JSON report (e.g. benchmarks/results/cluster_soak.json)")
+    parser.add_argument("--cluster-dir", type=Path, default=None, help="a cluster already up (left up)")
+    parser.add_argument("--pause", type=float, default=0.05, help="seconds between a loop's queries")
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+    own = args.cluster_dir is None
+    directory = Path(tempfile.mkdtemp(prefix="cluster-soak-")) if own else args.cluster_dir
+    cl = Cluster(directory / "cluster" if own else directory)
+    work = Path(tempfile.mkdtemp(prefix="cluster-soak-work-"))
+    result: dict | None = None
+    try:
+        if own:
+            cl.up()
+            timings["up"] = round(time.monotonic() - t0, 1)
+        t = time.monotonic()
+        deploy(cl, work)
+        timings["deploy"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        soak = Soak(cl, work, args.minutes, args.pause)
+        try:
+            result = soak.run()
+        finally:
+            timings["soak"] = round(time.monotonic() - t, 1)
+            t = time.monotonic()
+            undeploy(cl, work)
+            timings["undeploy"] = round(time.monotonic() - t, 1)
+    finally:
+        if own:
+            t = time.monotonic()
+            cl.down()
+            remove_later(directory)
+            timings["down"] = round(time.monotonic() - t, 1)
+    timings["total"] = round(time.monotonic() - t0, 1)
+    assert result is not None
+    result["timings_s"] = timings
+    result["load_average"] = os.getloadavg()
+    print(text(result))
+    print(f"timings: {timings}, load average {result['load_average']}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0 if result["wrong"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
