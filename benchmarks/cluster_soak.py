@@ -60,7 +60,10 @@ ZONE = "clusterset.local"
 POD = "soak-client"
 CHURN_INTERVAL = 3.0
 SAMPLE_INTERVAL = 15.0
-SETTLE = 10.0  # quiet time after each event before the next phase begins
+SETTLE = 10.0
+# The kubelet's default terminationGracePeriodSeconds, as it restarts a static-pod kube-apiserver:
+# SIGTERM, then SIGKILL if it has not exited (kube-apiserver's graceful stop can take a minute).
+APISERVER_GRACE = 30.0  # quiet time after each event before the next phase begins
 
 WEB_IPS = ["10.245.0.10", "10.245.0.11", "10.245.0.12"]
 DB_PORTS = [{"name": "pg", "port": 5432, "protocol": "TCP"}]
@@ -232,10 +235,13 @@ class Soak:
         self.churn_paused.set()
         self.event("kube-apiserver restart")
         os.kill(record["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + APISERVER_GRACE
+        killed = False
         while _alive(record):
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline and not killed:
                 os.kill(record["pid"], signal.SIGKILL)
+                killed = True
+                self.event("kube-apiserver still running 30 s after SIGTERM: SIGKILL")
             time.sleep(0.2)
         log = open(self.cl.dir / "control-plane" / "kube-apiserver.log", "ab")  # noqa: SIM115
         with log:
@@ -244,12 +250,18 @@ class Soak:
         record.update(pid=popen.pid, start=_start_time(popen.pid))
         state.save()
         deadline = time.monotonic() + 120
-        while self.cl.kubectl("get", "--raw", "/readyz", check=False, timeout=10).stdout.strip() != "ok":
+        while not self._apiserver_ready():
             if time.monotonic() > deadline:
                 raise ClusterError("kube-apiserver not ready 120 s after its restart")
             time.sleep(0.5)
         self.api = self.cl.api()
         self.churn_paused.clear()
+
+    def _apiserver_ready(self) -> bool:
+        try:
+            return self.cl.kubectl("get", "--raw", "/readyz", check=False, timeout=10).stdout.strip() == "ok"
+        except subprocess.TimeoutExpired:
+            return False
 
     def rollout_coredns(self) -> None:
         self.event("CoreDNS rollout")
@@ -298,7 +310,10 @@ class Soak:
         for name, action in plan:
             phase_start = time.time()
             self.phases.append((phase_start, name))
-            action()
+            try:
+                action()
+            except (ClusterError, subprocess.SubprocessError, StopIteration) as err:
+                self.event(f"{name} failed: {err}"[:300])
             time.sleep(max(SETTLE, spacing - (time.time() - phase_start)))
         self.sample()
         self.stop.set()
@@ -328,11 +343,15 @@ class Soak:
                 "answered_right_inside": w.answered_inside,
                 "after_event": c[0] if c else None, "seconds_after_event": round(c[1], 1) if c else None,
                 "by_proto": sorted({q.proto for q, _ in w.failures}), "by_name": sorted({q.key for q, _ in w.failures}),
-                "wrong_stale_by_max_s": max((round(self.timeline.stale_by(q.key, q.sent, q.answer) or -1, 2)
+                "wrong_stale_by_max_s": max((round(self.timeline.stale_by(q.key, q.sent, q.received, q.answer) or -1, 2)
                                              for q, v in w.failures if v == "wrong" and q.answer), default=None),
                 "wrong_never_held": sum(1 for q, v in w.failures if v == "wrong" and q.answer
-                                        and self.timeline.stale_by(q.key, q.sent, q.answer) is None),
+                                        and self.timeline.stale_by(q.key, q.sent, q.received, q.answer) is None),
                 "examples": [f"{q.proto} {q.key} {v}: {q.raw[:160]}" for q, v in w.failures[:3]],
+                "wrong": [{"sent": round(q.sent, 3), "received": round(q.received, 3), "proto": q.proto, "name": q.key,
+                           "answer": [q.answer[0], sorted(q.answer[1])],
+                           "stale_by_s": round(self.timeline.stale_by(q.key, q.sent, q.received, q.answer) or -1, 2)}
+                          for q, v in w.failures if v == "wrong" and q.answer],
             })
         by_pod: dict[str, list[dict]] = {}
         for s in self.samples:
@@ -353,6 +372,8 @@ class Soak:
             "phases": phases, "loss_windows": wins,
             "events": [{"t": dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S"), "event": e}
                        for t, e in self.events],
+            "api_writes": {key: [[round(a, 3), round(b, 3), ans[0], sorted(ans[1])] for a, b, ans in vs]
+                           for key, vs in self.timeline.versions.items()},
             "mcsdns_memory": memory, "restarts_not_caused": self.restarts(),
         }
 

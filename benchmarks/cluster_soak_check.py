@@ -84,13 +84,13 @@ class Timeline:
         return out
 
 
-    def stale_by(self, key: str, sent: float, answer: Answer) -> float | None:
-        """How long before `sent` the newest state with this answer was replaced (None: no state
-        ever had it): a late answer's age, which the propagation window is measured against."""
+    def stale_by(self, key: str, sent: float, received: float, answer: Answer) -> float | None:
+        """How long before `sent` the newest state with this answer, written before the reply, was
+        replaced (None: no such state): a late answer's age, which the propagation window bounds."""
         history = self.versions.get(key, [])
         for i in range(len(history) - 1, -1, -1):
-            if history[i][2] == answer and i + 1 < len(history):
-                return sent - history[i + 1][1]
+            if history[i][2] == answer and history[i][0] <= received:
+                return sent - history[i + 1][1] if i + 1 < len(history) else 0.0
         return None
 
 

@@ -42,7 +42,7 @@ def test_an_answer_is_right_within_the_propagation_window_and_wrong_after_it() -
     assert judge(parse_line(at(old, 106.0)), timeline) == "ok"  # 5.8 s after the write returned: allowed
     late = parse_line(at(old, 108.0))
     assert judge(late, timeline) == "wrong"  # 7.8 s: beyond cache 5 s + 2 s
-    assert round(timeline.stale_by("web", late.sent, late.answer), 1) == 7.8
+    assert round(timeline.stale_by("web", late.sent, late.received, late.answer), 1) == 7.8
     # The new answer is right from the moment the write was sent, never before.
     new = WEB.replace("10.245.0.10", "10.245.0.11")
     assert judge(parse_line(at(new, 100.1)), timeline) == "ok"
