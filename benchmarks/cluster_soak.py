@@ -348,7 +348,7 @@ class Soak:
                 "wrong_never_held": sum(1 for q, v in w.failures if v == "wrong" and q.answer
                                         and self.timeline.stale_by(q.key, q.sent, q.received, q.answer) is None),
                 "examples": [f"{q.proto} {q.key} {v}: {q.raw[:160]}" for q, v in w.failures[:3]],
-                "wrong": [{"sent": round(q.sent, 3), "received": round(q.received, 3), "proto": q.proto, "name": q.key,
+                "wrong_answers": [{"sent": round(q.sent, 3), "received": round(q.received, 3), "proto": q.proto, "name": q.key,
                            "answer": [q.answer[0], sorted(q.answer[1])],
                            "stale_by_s": round(self.timeline.stale_by(q.key, q.sent, q.received, q.answer) or -1, 2)}
                           for q, v in w.failures if v == "wrong" and q.answer],
