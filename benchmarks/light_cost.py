@@ -44,36 +44,32 @@ FLOOD_TARGET = 1.3  # issue #34: the random-subdomain flood <= 1.3x a cached NXD
 QUIET_WAIT = 5.0  # seconds to wait for an idle server core before a run (the suite's 30 s is for a quiet machine)
 
 
+class NoAnswer(RuntimeError):
+    """A run in which the server answered nothing: the benchmark stops and says so."""
+
+
 def stepper(seconds: float, opts: Options) -> Step:
     """light_cost's step: at a rate, a verbose dnsperf run (the latencies too); at MAX, an unthrottled one.
 
-    A run in which nothing was answered is run again, up to `load.SMOKE_ATTEMPTS` times in all (as the
-    suite's smoke does): on the shared machine, 2 of 6 short test runs had one run against mcsdns
-    with no answer at all. Each took ~30 s longer: dnsperf had not exited in time and was killed,
-    which discarded its statistics, so "no answer" was the kill's, not the server's (which had
-    answered the start-up probe and the warm-up). Reproduced against both the old and the new
-    server: dnsperf's main thread waits on a futex and SIGINT does not end it. `load.dnsperf` notes
-    each thread's wait channel and interrupts before it kills (dnsperf's statistics, if it prints
-    them). The figures keep how many attempts it took, and dnsperf's last words if none answered.
+    A run in which nothing was answered raises `NoAnswer` with dnsperf's last words: it is a failure
+    of the server or of the run, never measured again to hide it.
     """
-    def once(server: Server, qfile: Path, rate: Any, edns: bool) -> tuple[load.Run, dict[str, Any]]:
+    def step(server: Server, qfile: Path, rate: Any, edns: bool) -> dict[str, Any]:
         if rate == MAX:
             run = load.dnsperf(server.port, qfile, seconds=seconds, cpu=opts.load_cpu, meter=server.cpu_seconds,
                                timeout=opts.timeout, edns=edns)
-            return run, {"qps": round(run.qps), "loss": round(run.loss, 5), "passed": bool(run.completed),
-                         "cpu_per_100k": run.cpu_per_100k}
-        run = load.dnsperf(server.port, qfile, seconds=seconds + load.WARMUP, rate=rate, cpu=opts.load_cpu,
-                           meter=server.cpu_seconds, timeout=opts.timeout, edns=edns, verbose=True, outstanding=1000)
-        return run, figures(run, rate)
-
-    def step(server: Server, qfile: Path, rate: Any, edns: bool) -> dict[str, Any]:
-        for attempt in range(1, load.SMOKE_ATTEMPTS + 1):
-            run, got = once(server, qfile, rate, edns)
-            if run.completed:
-                break
-        got["attempts"] = attempt
+            got = {"qps": round(run.qps), "loss": round(run.loss, 5), "passed": bool(run.completed),
+                   "cpu_per_100k": run.cpu_per_100k}
+        else:
+            run = load.dnsperf(server.port, qfile, seconds=seconds + load.WARMUP, rate=rate, cpu=opts.load_cpu,
+                               meter=server.cpu_seconds, timeout=opts.timeout, edns=edns, verbose=True,
+                               outstanding=1000)
+            got = figures(run, rate)
         if not run.completed:
-            got["note"] = run.note
+            where = "saturated" if rate == MAX else f"at {rate:g} q/s"
+            raise NoAnswer(f"{server.label} answered nothing of {qfile.stem} {where}: {run.sent} sent, "
+                           f"{run.lost} lost; {run.note}")
+        got["late"] = run.late
         return got
     return step
 
@@ -211,9 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(out=Path("."), quiet_wait=args.quiet_wait)
     keys = tuple(args.rates) + (() if args.no_max else (MAX,))
     started = provenance.now()
-    rounds = alternate(args.imports, args.mixes, args.rounds, opts,
-                       lambda server, probe, qfiles: measure_server(server, probe, qfiles, keys, opts,
-                                                                    stepper(args.seconds, opts)), args.ours)
+    try:
+        rounds = alternate(args.imports, args.mixes, args.rounds, opts,
+                           lambda server, probe, qfiles: measure_server(server, probe, qfiles, keys, opts,
+                                                                        stepper(args.seconds, opts)), args.ours)
+    except NoAnswer as e:
+        print(f"light_cost: FAILED: {e}", file=sys.stderr)
+        return 1
     cells = summarize(rounds)
     lat = latency(rounds)
     flood = flood_ratio(rounds)
