@@ -45,6 +45,7 @@ from testsupport.cluster import (
     node_local_dns_objects,
     point_coredns_at,
     preflight,
+    remove_later,
     run_node_local_dns,
     start_client,
 )
@@ -104,6 +105,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         cl.down()
         assert_nothing_left(cl)
+        remove_later(directory)
 
 
 def kubectl(cl: Cluster, *args: str, timeout: float = 120.0, input: str | None = None) -> str:

@@ -57,6 +57,7 @@ from testsupport.cluster import (
     kustomize_overlay,
     point_coredns_at,
     preflight,
+    remove_later,
 )
 from testsupport.testbed import ApiError, testbin_cache
 
@@ -617,7 +618,7 @@ def run(dns: str, exporter: str, out: Path, *, cluster_dir: Path | None = None, 
         else:
             errors += deployer.teardown()
         if not errors:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_later(scratch)
         result.timings["teardown"] = round(time.monotonic() - step, 1)
         result.save()
     if errors:
