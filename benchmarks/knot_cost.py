@@ -178,7 +178,8 @@ def _rounds(text: str) -> int:
     return value
 
 
-def add_flags(parser: argparse.ArgumentParser, rounds: int, rates: tuple[float, ...], mixes: tuple[str, ...]) -> None:
+def add_flags(parser: argparse.ArgumentParser, rounds: int, rates: tuple[float, ...], mixes: tuple[str, ...],
+              quiet_wait: float) -> None:
     """The flags of an alternating-rounds benchmark (this one and light_cost), with their defaults."""
     parser.add_argument("--rounds", type=_rounds, default=rounds, help="times each server measures every mix and rate")
     parser.add_argument("--rates", type=flags.rates, default=rates, help="q/s, comma-separated (default: %(default)s)")
@@ -186,15 +187,17 @@ def add_flags(parser: argparse.ArgumentParser, rounds: int, rates: tuple[float, 
     parser.add_argument("--seconds", type=_positive, default=4.0, help="seconds per measured run (the suite's step)")
     parser.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports in the data set (the suite's)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
+    parser.add_argument("--quiet-wait", type=float, default=quiet_wait,
+                        help="seconds to wait for an idle server core before each run (default: %(default)s)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.knot_cost", description=__doc__.splitlines()[0])
-    add_flags(parser, 5, RATES, MIXES)
+    add_flags(parser, 5, RATES, MIXES, Options.quiet_wait)
     args = parser.parse_args(argv)
     if (missing := missing_tools("knot_cost")) is not None:
         return missing
-    opts = Options(out=Path("."))
+    opts = Options(out=Path("."), quiet_wait=args.quiet_wait)
     started = provenance.now()
     rounds = alternate(args.imports, args.mixes, args.rounds, opts,
                        lambda server, probe, qfiles: measure_server(server, probe, qfiles, args.rates, opts,

@@ -191,10 +191,8 @@ def markdown(stored: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.light_cost", description=__doc__.splitlines()[0])
-    add_flags(parser, 3, RATES, MIXES)
+    add_flags(parser, 3, RATES, MIXES, QUIET_WAIT)
     parser.add_argument("--no-max", action="store_true", help="skip the unthrottled (saturated) run per mix")
-    parser.add_argument("--quiet-wait", type=float, default=QUIET_WAIT,
-                        help="seconds to wait for an idle server core before each run (default: %(default)s)")
     parser.add_argument("--ours", choices=sorted(OURS), default="mcsdns",
                         help="what runs against Knot: mcsdns, or floor (benchmarks/floor.py: mcsdns's resolver in the "
                              "barest Python loop, the pure-Python floor)")

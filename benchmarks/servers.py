@@ -157,6 +157,7 @@ class Server:
         self.started_at = 0.0
         self.ready_after: float | None = None
         self.repinned = 0  # threads `repin` moved back onto `cpu` after the start
+        self.cwd = REPO  # where the process starts (`python -m` imports from there first)
 
     def argv(self) -> list[str]:
         raise NotImplementedError
@@ -171,7 +172,7 @@ class Server:
         log = open(self.log_path, "ab")
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
-            argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+            argv, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
             preexec_fn=DIE_WITH_PARENT,  # noqa: PLW1509
         )
         log.close()
@@ -275,8 +276,13 @@ class Mcsdns(Server):
     kind = "mcsdns"
 
     def __init__(self, label: str, workdir: Path, cpu: str | None = None, *, manifests: Path | None = None,
-                 kubeconfig: Path | None = None, workers: int = 1, extra: tuple[str, ...] = ()) -> None:
+                 kubeconfig: Path | None = None, workers: int = 1, extra: tuple[str, ...] = (),
+                 source: Path | None = None) -> None:
         super().__init__(label, workdir, cpu)
+        # `source`: another checkout's mcsdns (an A/B run: benchmarks.churn --source), run from there
+        self.source = source
+        if source is not None:
+            self.cwd = source
         self.manifests = manifests
         self.kubeconfig = kubeconfig
         self.workers = workers
@@ -285,6 +291,8 @@ class Mcsdns(Server):
 
     def start(self, probe: str, timeout: float = 120.0) -> float:
         byte_compile()
+        if self.source is not None:
+            compileall.compile_dir(self.source / "mcsdns", quiet=1)
         return super().start(probe, timeout)
 
     def argv(self) -> list[str]:
@@ -298,7 +306,10 @@ class Mcsdns(Server):
         return argv + list(self.extra)
 
     def env(self) -> dict[str, str]:
-        return dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source)
+        return env
 
     def metric(self, name: str) -> float | None:
         """The sum of a metric's samples on /metrics (None when absent)."""

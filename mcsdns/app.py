@@ -96,7 +96,9 @@ class App:
 
         config = self.config
         key = load_key(config.tsig_key_file) if config.tsig_key_file is not None else None
-        transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer)
+        transfers = Transfers(self.table, transfer_networks(config.transfer_to), key, self.metrics.transfer,
+                              config.max_transfers)
+        self.metrics.transfers_now = transfers
         if config.ixfr_journal_bytes:
             from .xfr.journal import Journal
 

@@ -144,6 +144,7 @@ class Config:
     notify: tuple[tuple[str, int], ...] = ()  # secondaries sent NOTIFY (RFC 1996) after every change
     ixfr_journal_bytes: int = 4 << 20  # IXFR history (journal.py): the records of the last changes, bounded by
     ixfr_journal_age: float = 10800.0  # size and by age (beyond the SOA refresh of 2 h); older serials get AXFR
+    max_transfers: int = 16  # transfers written at once over TCP; more are REFUSED (a secondary retries)
     # DNS over TCP (RFC 7766; the policy is tcp.py's). A connection costs a descriptor and a few KB of memory,
     # so the cap bounds both; over it, the connection longest without a complete query makes room (never a
     # refusal). A client holding more than the cap and reopening what is closed makes every accept an
@@ -247,6 +248,8 @@ class Config:
             raise ConfigError(f"--transfer-to {exc}") from None
         if not 0 <= self.ixfr_journal_bytes <= 1 << 30:
             raise ConfigError(f"--ixfr-journal-bytes must be in range [0, 1073741824]: {self.ixfr_journal_bytes}")
+        if not 1 <= self.max_transfers <= 1000:
+            raise ConfigError(f"--max-transfers must be in range [1, 1000]: {self.max_transfers}")
         if not 0 < self.ixfr_journal_age <= 7 * 86400:
             raise ConfigError(f"--ixfr-journal-age must be in range (0, 7d] seconds: {self.ixfr_journal_age}")
         if self.notify and not self.transfer_to:

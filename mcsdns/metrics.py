@@ -197,6 +197,13 @@ class JournalView(Protocol):
     bytes: int
 
 
+class TransfersView(Protocol):
+    """What the metrics read of the zone transfers (xfr/transfer.Transfers)."""
+
+    active: int
+    max_transfers: int
+
+
 class TableView(Protocol):
     """What the metrics read of the record table: its zones, its zone matching and its sizes."""
 
@@ -281,6 +288,7 @@ class Metrics(Collector):
             "--reverse-cidr zone: no journal is kept of it), unknown (any other: before this process started, "
             "another replica's, or no journal).", ["reason"], registry=registry)
         self.journal: JournalView | None = None  # the IXFR journal (--transfer-to), read at scrape time
+        self.transfers_now: TransfersView | None = None  # the transfers under way (--transfer-to), read at scrape time
         self.programming = Histogram(
             "coredns_kubernetes_dns_programming_duration_seconds",
             "Histogram of the time (in seconds) it took to program a dns instance.",
@@ -626,6 +634,15 @@ class Metrics(Collector):
                                      "(bounded by --ixfr-journal-bytes).")
             size.add_metric([], self.journal.bytes)
             yield size
+        if self.transfers_now is not None:
+            now = GaugeMetricFamily("mcsdns_transfers_in_progress", "Zone transfers (and replies to TSIG-signed "
+                                    "queries) being written now over TCP; at --max-transfers a new request is REFUSED, "
+                                    "counted in mcsdns_transfers_total{result=\"busy\"}.")
+            now.add_metric([], self.transfers_now.active)
+            yield now
+            cap = GaugeMetricFamily("mcsdns_transfers_max", "The --max-transfers limit: zone transfers written at once.")
+            cap.add_metric([], self.transfers_now.max_transfers)
+            yield cap
 
     def _collect_tcp(self, tcp: TcpView) -> Iterable:
         conns = GaugeMetricFamily("mcsdns_tcp_connections", "DNS-over-TCP connections open.")

@@ -257,6 +257,13 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "that missed a NOTIFY still gets IXFR at its refresh)",
         doc="how long a change stays in the IXFR journal", shown_default="`3h`"),
     Option(
+        "--max-transfers", "max_transfers", DNS, metavar="N", parse=integer,
+        help="zone transfers (AXFR, IXFR) written at once over TCP; a request over it is REFUSED and the secondary "
+        "retries (counted busy). The transfers take turns at the event loop, so queries wait for one message of "
+        "one of them; more at once make each slower. 1-1000",
+        doc="zone transfers written at once; over it REFUSED, which a secondary retries "
+        "([zone transfers](transfers.md#transfers-under-abuse))", shown_default="`16`"),
+    Option(
         "--max-tcp-connections", "max_tcp_connections", DNS, metavar="N", parse=integer,
         help="open DNS-over-TCP connections at once; a new one over it is still accepted, and the connection "
         "longest without a complete query is closed to make room (lowered to fit the open-file limit)",

@@ -50,7 +50,7 @@ def test_an_unknown_mix_is_a_usage_error() -> None:
     assert "unknown mix 'no_such_mix'" in refused.stderr and "Traceback" not in refused.stderr
 
 
-@pytest.mark.parametrize("command", [("benchmarks.transfer_cost",), ("benchmarks.ixfr_follow",), ("benchmarks.versions",),
+@pytest.mark.parametrize("command", [("benchmarks.transfer_cost",), ("benchmarks.transfer_abuse",), ("benchmarks.ixfr_follow",), ("benchmarks.versions",),
                                      ("benchmarks", "run", "--skip-throughput")])
 @pytest.mark.parametrize("value", ["10k", "0", "1000,-5", ","])
 def test_a_sizes_flag_refuses_what_is_not_a_count(command: tuple[str, ...], value: str, tmp_path: Path) -> None:

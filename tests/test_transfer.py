@@ -144,6 +144,9 @@ def test_off_by_default_every_transfer_is_refused() -> None:
     (("--transfer-to", "127.0.0.1", "--tsig-key-file", "SHORT"), "the secret is 4 bytes; use at least 16"),
     (("--transfer-to", "127.0.0.1", "--notify", "knot secondary:53"), "'knot secondary' is neither an IP address nor a host name"),
     (("--transfer-to", "127.0.0.1", "--notify=-knot.example:53"), "is neither an IP address nor a host name"),
+    (("--transfer-to", "127.0.0.1", "--max-transfers", "0"), "--max-transfers must be in range [1, 1000]: 0"),
+    (("--transfer-to", "127.0.0.1", "--max-transfers", "1001"), "--max-transfers must be in range [1, 1000]: 1001"),
+    (("--transfer-to", "127.0.0.1", "--max-transfers", "many"), "argument --max-transfers: 'many' is not an integer"),
 ])
 def test_bad_transfer_flags_exit_2(flags: tuple[str, ...], message: str, tmp_path: Path) -> None:
     files = {"KEY": f"k:hmac-sha256:{SECRET}", "BADALG": f"k:hmac-md4:{SECRET}", "SHORT": "k:hmac-sha256:AAAAAA=="}
@@ -238,11 +241,14 @@ def test_unsigned_transfer_is_refused_with_a_key(signed_server: McsdnsServer) ->
 
 
 def test_wrong_secret_is_badsig_and_unknown_key_badkey(signed_server: McsdnsServer) -> None:
-    for keyring, error in ((WRONG, dns.rcode.BADSIG), (OTHER, dns.rcode.BADKEY)):
+    for keyring, error, name in ((WRONG, dns.rcode.BADSIG, "BADSIG"), (OTHER, dns.rcode.BADKEY, "BADKEY")):
         query = make(ZONE, "AXFR", keyring)
         reply = ask_tcp(signed_server.dns_port, query)
         assert reply.rcode() == dns.rcode.NOTAUTH and not reply.answer, reply
         assert tsig_error(reply) == error and reply.tsig[0].mac == b"", reply  # unsigned (RFC 8945 5.2)
+        # Refused, logged (the operator sees who sent it and with which key) and counted.
+        assert f"axfr request refused: TSIG {name} from 127.0.0.1 (key {next(iter(keyring))}" in signed_server.log()
+        assert f'mcsdns_transfers_total{{result="{name.lower()}",type="axfr"}} 1.0' in signed_server.http("/metrics")[1]
 
 
 def tcp_messages_raw(port: int, wire: bytes) -> bytes:
@@ -265,6 +271,8 @@ def test_skewed_clock_is_badtime_signed_with_the_server_time(signed_server: Mcsd
         dns.message.from_wire(tcp_messages_raw(signed_server.dns_port, wire), keyring=KEYRING, request_mac=query.mac)
     reply = dns.message.from_wire(tcp_messages_raw(signed_server.dns_port, wire), keyring=False)
     assert reply.rcode() == dns.rcode.NOTAUTH and tsig_error(reply) == dns.rcode.BADTIME and not reply.answer
+    assert "axfr request refused: TSIG BADTIME from 127.0.0.1 (key xfr-key., signed at" in signed_server.log()
+    assert 'mcsdns_transfers_total{result="badtime",type="axfr"} 2.0' in signed_server.http("/metrics")[1]
     server_time = int.from_bytes(reply.tsig[0].other, "big")
     assert abs(server_time - time.time()) < 60 and len(reply.tsig[0].mac) == 32  # signed (RFC 8945 5.2.3)
 

@@ -56,7 +56,9 @@ def test_the_api_source_tests_pass_on(minor: str, testbin: Path) -> None:
     env = {**os.environ, "MCSDNS_TESTBIN_CACHE": str(cache)}
     env.pop("MCSDNS_COREDNS", None)  # that testbin's CoreDNS (the default one's, linked)
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIER],
+    # `not slow`: the tier's one slow test, the differential over the generated cluster set, asks the
+    # same objects many more questions; how the API serves them is the fixture's and the updates' part.
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", *TIER],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIER_TIMEOUT)
     summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
     print(f"{version.strip()}: {summary} ({time.monotonic() - started:.0f} s)")

@@ -339,7 +339,7 @@ class Connections:
         self.active: dict[Connection, None] = {}
         self.closing: dict[Connection, float] = {}
         # Writing a zone transfer: out of the deadline order (transfer.py times each message out itself),
-        # never evicted (transfer.py runs at most MAX_TRANSFERS at once), back in `active` when it ends.
+        # never evicted (transfer.py writes at most --max-transfers at once), back in `active` when it ends.
         self.transferring: dict[Connection, None] = {}
         self.by_source: dict[str, dict[Connection, None]] = {}  # reading connections per address, with a cap
         self.light: deque[Connection] = deque()  # connections with queries waiting for a turn (see TURN_BUDGET)

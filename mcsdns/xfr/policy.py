@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import dns.tsig
 
+from ..serve.querylog import errors
 from ..zone import vocab
 from ..zone.table import Table
 from ..zone.wire import AA, QR, RD, U16
@@ -93,7 +94,12 @@ class Policy:
         if ctx is not None:
             error = ctx.verify(self.clock())
             if error:
-                self._result(kind, {BADKEY: "badkey", BADSIG: "badsig", BADTIME: "badtime"}[error])
+                result = {BADKEY: "badkey", BADSIG: "badsig", BADTIME: "badtime"}[error]
+                self._result(kind, result)
+                # A wrong secret, a skewed clock or a replayed request: the operator's to see (rate-limited).
+                errors.log(f"tsig {result}", logging.WARNING, "%s request refused: TSIG %s from %s (key %s, signed at %d, "
+                           "our time %d)", kind, result.upper(), client[0] if client else "a UDP client",
+                           req.key_name, req.tsig.time_signed, int(self.clock()))
                 yield ctx.error_reply(error, self.clock())
                 return
         elif self.key is not None and kind != "query":

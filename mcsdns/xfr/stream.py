@@ -5,14 +5,16 @@ A transfer of the whole zone packs from a snapshot of the store taken when it st
 serial its SOA names even if the table changes while it is written, and it sends each
 message as soon as it is packed (`AxfrStream`): the first leaves after a few hundred
 records, not after the zone. The messages of one serial are packed once and shared by
-every transfer of it: twenty secondaries asking at once cost one packing. Packing yields
-to the event loop as it goes, so queries are answered meanwhile.
+every transfer of it: twenty secondaries asking at once cost one packing. Packing goes in
+steps of at most half a millisecond, the event loop running between them, so queries are
+answered meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from typing import Iterator
 
 from ..zone import reverse, vocab
@@ -31,6 +33,9 @@ _RECORD_MAX = 600  # the longest record we write: SRV with a 255-byte target and
 # is then a few hundred messages.
 PACK_LIMIT = 16384 - _RECORD_MAX
 PACK_SLICE = 500  # records of an IXFR packed between two yields to the event loop (a few ms)
+# Seconds of packing in one step of a whole-zone transfer (`AxfrStream.step`): each step runs in one
+# turn of the event loop (transfer.py's `Turns`), and a query that arrives meanwhile waits for it.
+PACK_STEP = 0.0005
 _AXFR_IN = struct.pack(">HH", vocab.AXFR, vocab.CLASS_IN)
 
 
@@ -115,7 +120,8 @@ class AxfrStream:
     secondary starts reading at once, and a secondary that stops reading stops the packing. Each
     message is packed once and kept, so every transfer of that serial (twenty secondaries at once,
     or one after another) shares one packing; one that asks for a message not packed yet packs it,
-    and yields to the event loop after each, so queries are answered meanwhile. Memory: the
+    in steps of at most PACK_STEP with the event loop running between them, so queries are answered
+    meanwhile. Memory: the
     snapshot (references), the messages packed so far (the zone's wire size at most), and the
     packer's one message. Only the newest serial's stream is kept for the next transfer; an older
     one goes when its last transfer ends.
@@ -129,28 +135,31 @@ class AxfrStream:
         self._packer = Packer(zone, self.messages)
         self._failed = False
 
-    async def message(self, index: int) -> bytes | None:
-        """Message `index` of the transfer, packed if need be; None past the last."""
-        while index >= len(self.messages):
-            if self.done:
-                return None
-            self._pack_one()
-            await asyncio.sleep(0)  # queries between two messages (a reader on loopback may never wait to drain)
-        return self.messages[index]
+    def step(self, index: int) -> bytes | None | bool:
+        """Message `index` of the transfer if it is packed; else pack for at most PACK_STEP seconds and
+        return False (the caller yields to the event loop and asks again); None past the last."""
+        if index < len(self.messages):
+            return self.messages[index]
+        if self.done:
+            return None
+        self._pack_some()
+        return self.messages[index] if index < len(self.messages) else False
 
     @collector_paused
-    def _pack_one(self) -> None:
-        """Pack records until one more message is complete (or the zone's last is): a few hundred
-        records, a few ms, in one go. The collector is paused as for a compile (schedule.py): packing
-        allocates objects by the thousand and frees them by reference counting, and a full collection
-        over the table's objects, triggered by those allocations alone, would cost more than the packing."""
+    def _pack_some(self) -> None:
+        """Pack records until one more message is complete (or the zone's last is), or PACK_STEP has
+        passed: a few dozen records at most, so the event loop runs between two such steps. The collector
+        is paused as for a compile (schedule.py): packing allocates objects by the thousand and frees them
+        by reference counting, and a full collection over the table's objects, triggered by those
+        allocations alone, would cost more than the packing."""
         if self._failed:
             raise ConnectionError("the zone's packing failed")  # never a zone cut short
         count = len(self.messages)
+        deadline = time.perf_counter() + PACK_STEP
         try:
-            for owner, rec in self._records:
+            for n, (owner, rec) in enumerate(self._records):
                 self._packer.add(owner, rec)
-                if len(self.messages) > count:
+                if len(self.messages) > count or (n & 15 == 15 and time.perf_counter() > deadline):
                     return
             self._packer.close()
             self.done = True

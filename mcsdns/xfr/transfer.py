@@ -14,7 +14,9 @@ the question (as the client spelled it) and the TSIG record differ.
 
 Who may transfer what is policy.py's decision list; request parsing is request.py's,
 signatures tsig.py's. `Transfers` is what the listeners call: which queries are its,
-and the writing of the replies.
+and the writing of the replies: at most --max-transfers at once over TCP (one more is
+REFUSED, and a secondary retries), taking turns at the event loop (`Turns`) so that
+queries wait for one message of one transfer, not for a message of each.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 import dns.tsig
 
+from ..config import Config
 from ..zone import vocab
 from ..zone.table import Table
 from ..zone.wire import U16
@@ -38,17 +42,56 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_TRANSFERS = 16  # AXFR/IXFR answered at once; more are REFUSED and retried by the secondary
+
+class Turns:
+    """The transfers written at once take turns at the event loop: one step at a time (one message
+    dressed, signed and written, or one step of packing, `AxfrStream.step`), the next one's in the
+    next loop iteration. A query that arrives meanwhile waits for one step, however many transfers
+    are under way: without turns every transfer ready to go steps in the same iteration, and a query
+    waits for all of them. The many transfers then share the loop's time spent on transfers, each
+    going slower as more run, which the limit on transfers at once bounds."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.waiting: deque[asyncio.Future[None]] = deque()
+
+    async def __aenter__(self) -> None:
+        if not self.busy:
+            self.busy = True
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self.waiting.append(turn)
+        try:
+            await turn  # handed over by `_give`: the turn is ours
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._give()  # handed over, then cancelled: the next one's
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._give()
+        await asyncio.sleep(0)  # this task's next step is in another iteration, whoever goes next
+
+    def _give(self) -> None:
+        while self.waiting:
+            turn = self.waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)  # its task runs in the next loop iteration
+                return
+        self.busy = False
 
 
 class Transfers(Policy):
     """The transfers the listeners hand over: which queries are ours, and the replies written (policy.py decides)."""
 
     def __init__(self, table: Table, allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...],
-                 key: dns.tsig.Key | None = None, on_result: Callable[[str, str], None] | None = None) -> None:
+                 key: dns.tsig.Key | None = None, on_result: Callable[[str, str], None] | None = None,
+                 max_transfers: int = Config.max_transfers) -> None:
         super().__init__(table, allowed, key, on_result)
         self._streams: dict[bytes, AxfrStream] = {}  # the newest serial's AXFR messages, by zone
-        self.active = 0
+        self.max_transfers = max_transfers
+        self.active = 0  # transfers (and signed replies) being written: the metrics read it
+        self.turns = Turns()
 
     # ----------------------------------------------------------------- which queries are ours
 
@@ -74,7 +117,7 @@ class Transfers(Policy):
 
         `answer`: the resolver for a signed query that is not a transfer (its reply is signed here).
         """
-        if self.active >= MAX_TRANSFERS:
+        if self.active >= self.max_transfers:
             self._count(data, "busy")
             writer.write(_framed(rcode_reply(data, vocab.REFUSED)))
             return
@@ -85,13 +128,19 @@ class Transfers(Policy):
                     return
                 if isinstance(message, Whole):
                     self._result(message.kind, message.result)
-                    stream = self._stream(message.req.lname)
+                    async with self.turns:
+                        stream = self._stream(message.req.lname)
                     index = 0  # each message signed as it goes: its MAC chains to the one before
-                    while (whole := await stream.message(index)) is not None:
-                        writer.write(_framed(dress(whole, message.req, message.ctx)))
-                        await asyncio.wait_for(writer.drain(), timeout)
-                        await asyncio.sleep(0)  # drain waits only once the socket is full, which a
-                        index += 1              # fast reader never lets happen: queries between messages
+                    while True:
+                        async with self.turns:  # (drain waits only once the socket is full, which a fast
+                            whole = stream.step(index)  # reader never lets happen: the turns yield)
+                            if whole:
+                                writer.write(_framed(dress(whole, message.req, message.ctx)))
+                        if whole is None:
+                            break
+                        if whole:
+                            index += 1
+                            await asyncio.wait_for(writer.drain(), timeout)
                     continue
                 if isinstance(message, Incremental):
                     for part in await message.pack():
