@@ -40,7 +40,6 @@ from testsupport.cluster import (
     CLIENT_NAMESPACE,
     Cluster,
     ClusterError,
-    State,
     _alive,
     _start_time,
     client_sh,
@@ -229,7 +228,9 @@ class Soak:
     def restart_apiserver(self) -> None:
         """SIGTERM the kube-apiserver `up` started and run its command line again (its record in
         state.json updated, so `down` stops the new one)."""
-        state = State.load(self.cl.dir)
+        # The Cluster's own State, not a copy read from disk: `down` stops the processes of the state
+        # it holds, and a copy's update left every restarted kube-apiserver running after the run.
+        state = self.cl.state
         record = next(p for p in state.data["processes"] if p["name"] == "kube-apiserver" and _alive(p))
         argv = Path(f"/proc/{record['pid']}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         self.churn_paused.set()
