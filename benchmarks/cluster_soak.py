@@ -27,7 +27,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,8 +39,6 @@ from testsupport.cluster import (
     CLIENT_NAMESPACE,
     Cluster,
     ClusterError,
-    _alive,
-    _start_time,
     client_sh,
     kustomize_overlay,
     point_coredns_at,
@@ -62,7 +59,7 @@ SAMPLE_INTERVAL = 15.0
 SETTLE = 10.0
 # The kubelet's default terminationGracePeriodSeconds, as it restarts a static-pod kube-apiserver:
 # SIGTERM, then SIGKILL if it has not exited (kube-apiserver's graceful stop can take a minute).
-APISERVER_GRACE = 30.0  # quiet time after each event before the next phase begins
+APISERVER_GRACE = 30.0
 
 WEB_IPS = ["10.245.0.10", "10.245.0.11", "10.245.0.12"]
 DB_PORTS = [{"name": "pg", "port": 5432, "protocol": "TCP"}]
@@ -226,30 +223,12 @@ class Soak:
         self.cl.kubectl("-n", NS, "rollout", "status", "deployment/mcsdns", "--timeout=240s", timeout=260)
 
     def restart_apiserver(self) -> None:
-        """SIGTERM the kube-apiserver `up` started and run its command line again (its record in
-        state.json updated, so `down` stops the new one)."""
-        # The Cluster's own State, not a copy read from disk: `down` stops the processes of the state
-        # it holds, and a copy's update left every restarted kube-apiserver running after the run.
-        state = self.cl.state
-        record = next(p for p in state.data["processes"] if p["name"] == "kube-apiserver" and _alive(p))
-        argv = Path(f"/proc/{record['pid']}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        """The kube-apiserver stopped and started again (Cluster.restart_apiserver), the churn paused
+        until it is ready."""
         self.churn_paused.set()
         self.event("kube-apiserver restart")
-        os.kill(record["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + APISERVER_GRACE
-        killed = False
-        while _alive(record):
-            if time.monotonic() > deadline and not killed:
-                os.kill(record["pid"], signal.SIGKILL)
-                killed = True
-                self.event("kube-apiserver still running 30 s after SIGTERM: SIGKILL")
-            time.sleep(0.2)
-        log = open(self.cl.dir / "control-plane" / "kube-apiserver.log", "ab")  # noqa: SIM115
-        with log:
-            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        record.update(pid=popen.pid, start=_start_time(popen.pid))
-        state.save()
+        if self.cl.restart_apiserver(APISERVER_GRACE):
+            self.event(f"kube-apiserver still running {APISERVER_GRACE:g} s after SIGTERM: SIGKILL")
         deadline = time.monotonic() + 120
         while not self._apiserver_ready():
             if time.monotonic() > deadline:

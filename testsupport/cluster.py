@@ -627,6 +627,23 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             self.state.save()
         return done
 
+    def restart_apiserver(self, grace: float) -> bool:
+        """Stop the kube-apiserver `up` started as the kubelet stops a static pod (SIGTERM, SIGKILL after
+        `grace` s), start its command line again and keep the new process in this cluster's state, so
+        `down` stops it. True when it had to be killed."""
+        record = next(p for p in self.state.data["processes"] if p["name"] == "kube-apiserver" and _alive(p))
+        argv = Path(f"/proc/{record['pid']}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        started = time.monotonic()
+        self._stop(record, grace)
+        killed = time.monotonic() - started >= grace  # _stop kills exactly when it outlives the grace
+        log = open(self.dir / "control-plane" / "kube-apiserver.log", "ab")  # noqa: SIM115 - the child owns it
+        with log:
+            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        record.update(pid=popen.pid, start=_start_time(popen.pid))
+        self.state.save()
+        return killed
+
     def _stop(self, record: dict | None, grace: float = 10.0) -> list[str]:
         if not record or not _alive(record):
             return []
