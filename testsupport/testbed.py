@@ -488,12 +488,12 @@ class KubeClient:
 # --------------------------------------------------------------------------- #
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (what it hands out for bind to 0 and connect)."""
     try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_port() -> int:
@@ -503,7 +503,7 @@ def free_port() -> int:
     is also what it hands the next outgoing connection as its source port, so between this check and
     the server's bind any client on the machine (a kube-apiserver's watch, a test's HTTP GET) can take
     it and the server's TCP bind fails with EADDRINUSE."""
-    low, _ = _ephemeral_range()
+    low = _ephemeral_low()
     # 20000-29999 also keeps clear of the well-known ports a one-node cluster binds (kubelet's 102xx,
     # the NodePort range from 30000).
     top = max(min(low - 1, 29999), 20001)
