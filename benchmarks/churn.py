@@ -49,9 +49,9 @@ import dns.rdatatype
 from . import apiload, load, provenance, queries
 from .dataset import CLUSTER, Spec
 from .servers import REPO, CoreDns, Mcsdns, Server
-from .suite import APISERVER_ARGS, log
+from .suite import log, start_testbed
 from testsupport.objects import ES_API, endpoint, endpoint_slice, namespace, service_import
-from testsupport.testbed import KubeClient, Testbed, find_testbin
+from testsupport.testbed import KubeClient, Testbed
 
 RESULTS = REPO / "benchmarks" / "results"
 NAMESPACE = "churn"
@@ -241,12 +241,7 @@ class Bench:
         self.coredns_bin: Path | None = None
 
     def start(self) -> None:
-        cache = find_testbin()
-        self.coredns_bin = cache / "bin" / "coredns"
-        log("starting etcd + kube-apiserver (test bed)")
-        self.testbed = Testbed(cache, extra_apiserver_args=APISERVER_ARGS)
-        self.testbed.start()
-        self.testbed.install_crd("v0.5.0")
+        self.testbed, self.coredns_bin = start_testbed()
         a = self.args
         objs = [*dataset_objects(self.spec), *churn_objects(a.headless, a.endpoints)]
         count, seconds = apiload.create_all(self.testbed.api, objs)

@@ -105,6 +105,19 @@ class Options:
         return cls(**base)
 
 
+def start_testbed() -> tuple[Any, Path]:
+    """The benchmarks' etcd + kube-apiserver, started with the ServiceImport CRD, and the testbin's
+    CoreDNS binary beside it: (Testbed, coredns path)."""
+    from testsupport.testbed import Testbed, find_testbin
+
+    cache = find_testbin()
+    log("starting etcd + kube-apiserver (test bed)")
+    testbed = Testbed(cache, extra_apiserver_args=APISERVER_ARGS)
+    testbed.start()
+    testbed.install_crd("v0.5.0")
+    return testbed, cache / "bin" / "coredns"
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -192,14 +205,7 @@ class Suite:
         return bool(api_servers) or not o.skip_scale or not o.skip_propagation
 
     def start_testbed(self) -> None:
-        from testsupport.testbed import Testbed, find_testbin
-
-        cache = find_testbin()
-        self.coredns_bin = cache / "bin" / "coredns"
-        log("starting etcd + kube-apiserver (test bed)")
-        self.testbed = Testbed(cache, extra_apiserver_args=APISERVER_ARGS)
-        self.testbed.start()
-        self.testbed.install_crd("v0.5.0")
+        self.testbed, self.coredns_bin = start_testbed()
         self.client = self.testbed.api
 
     def load_api(self, spec: Spec) -> None:
