@@ -43,6 +43,17 @@ def sizes(text: str) -> tuple[int, ...]:
     return values
 
 
+def count(text: str) -> int:
+    """One whole number above 0 (a limit handed to the server): `4,8` or `0` is a usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"one whole number above 0, not {text!r}")
+    return value
+
+
 def add_sizes(parser: argparse.ArgumentParser, default: str = "1000,10000") -> None:
     """`--sizes` (ClusterSetIP imports per run) and `--out` (the figures as JSON), as the per-size
     scripts take them (`run_sizes`)."""

@@ -407,10 +407,10 @@ def markdown(figures: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transfer_abuse", description=__doc__.splitlines()[0])
     flags.add_sizes(parser, default="50000")
-    parser.add_argument("--max-transfers", type=flags.sizes, default=None,
+    parser.add_argument("--max-transfers", type=flags.count, default=None,
                         help="the server's --max-transfers (default: the server's default)")
     args = parser.parse_args(argv)
-    limit = args.max_transfers[0] if args.max_transfers else None
+    limit = args.max_transfers
     return flags.run_sizes(args, "transfer-abuse", lambda size, work: measure(size, work, limit), _line, markdown)
 
 

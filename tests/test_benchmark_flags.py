@@ -62,3 +62,12 @@ def test_a_sizes_flag_refuses_what_is_not_a_count(command: tuple[str, ...], valu
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "argument --sizes" in refused.stderr and "whole numbers above 0" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("value", ["4,8", "0", "many"])
+def test_transfer_abuse_max_transfers_is_one_count(value: str) -> None:
+    """The server takes one --max-transfers: a list is a usage error, not its first value quietly used."""
+    refused = _run("benchmarks.transfer_abuse", "--max-transfers", value)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "argument --max-transfers" in refused.stderr and "one whole number above 0" in refused.stderr
+    assert "Traceback" not in refused.stderr
