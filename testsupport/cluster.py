@@ -295,6 +295,7 @@ class ControlPlane(Testbed):
             # By address: the node's name is not in the machine's DNS (and must not be asked there).
             "--kubelet-preferred-address-types": "InternalIP",
             "--service-account-issuer": f"https://kubernetes.default.svc.{CLUSTER_DOMAIN}",
+            "--shutdown-watch-termination-grace-period": None,  # the test bed's quick stop; kubeadm keeps the default
         }
         argv = [a for a in super()._apiserver_argv() if a.split("=", 1)[0] not in replace]
         return argv + [f"{flag}={value}" for flag, value in replace.items() if value is not None]

@@ -766,6 +766,10 @@ class Testbed:
             f"--service-account-issuer=https://127.0.0.1:{port}/",
             f"--service-account-key-file={self.service_account.cert_path}",
             f"--service-account-signing-key-file={self.service_account.key_path}",
+            # SIGTERM ends every watch within this grace, then the API server exits. Without it the server
+            # keeps a watcher's connection open past SIGTERM until its shutdown timeout (60 s), so a stop
+            # while any client watches ends in stop_popen's SIGKILL after the grace, not in a graceful stop.
+            "--shutdown-watch-termination-grace-period=2s",
             *self.extra_apiserver_args,
         ]
 
