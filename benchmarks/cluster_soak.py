@@ -21,7 +21,9 @@ against the API state at its time, allowing docs/install.md's propagation window
 It reports per phase the queries sent / answered / wrong / lost, every loss window with the event
 before it, mcsdns's RSS and open fds sampled over the run, and restarts nobody caused; JSON to
 --out, text to stdout; per path (udp, tcp: through the stub zone; knot: the secondary) as well, with
-the Knot follower's switches and Knot's transfers from its log.
+the Knot follower's switches and Knot's transfers from its log. The host's conntrack events for the
+cluster DNS Service (`conntrack -E`) are recorded throughout, so each query lost through the stub
+zone is shown with the flows that began around it and the pod each was sent to.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 from testsupport import objects
 from testsupport.cluster import (
     CLIENT_NAMESPACE,
+    DNS_SERVICE_IP,
     POD_CIDR,
     Cluster,
     ClusterError,
@@ -117,6 +120,7 @@ class Soak:
         self.churn_errors: list[str] = []
         self.stop = threading.Event()
         self.churn_paused = threading.Event()
+        self.client_ip = ""
         self.web = 0
         self.db2 = False
         self.flip = True
@@ -257,6 +261,28 @@ class Soak:
 
     # -- the run ----------------------------------------------------------- #
 
+    def start_conntrack(self) -> subprocess.Popen | None:
+        """`conntrack -E` for flows to the cluster DNS Service, timestamped, into the work directory."""
+        try:
+            return subprocess.Popen(["conntrack", "-E", "-o", "timestamp", "--orig-dst", DNS_SERVICE_IP],
+                                    stdout=open(self.work / "conntrack.log", "w"), stderr=subprocess.DEVNULL)
+        except OSError:
+            return None
+
+    def flows_around(self, query: Query) -> list[str]:
+        """The conntrack events of new flows to the DNS Service in the half second after a lost query was
+        sent: where the client's packets were DNATed (the reply tuple's source is the pod)."""
+        path = self.work / "conntrack.log"
+        if query.proto == "knot" or not path.exists():
+            return []
+        out = []
+        for line in path.read_text(errors="replace").splitlines():
+            m = re.match(r"\[(\d+\.\d+)\]\s+\[(NEW|DESTROY)\]\s+(\S+).*", line)
+            if m and query.sent - 0.05 <= float(m[1]) <= query.sent + 0.5 and m[3] == query.proto \
+                    and f"src={self.client_ip} " in line:
+                out.append(" ".join(line.split())[:240])
+        return out
+
     def start_loops(self) -> None:
         queries = " ".join(f"{key}:{t}:{name}" for key, (t, name) in QUERIES.items())
         script = LOOP.format(queries=queries, pause=self.pause)
@@ -288,6 +314,9 @@ class Soak:
         spacing = self.minutes * 60 / len(plan)
         self.seed()
         time.sleep(PROPAGATION_WINDOW)
+        self.client_ip = self.cl.kubectl("-n", CLIENT_NAMESPACE, "get", "pod", POD, "-o",
+                                         "jsonpath={.status.podIP}").stdout
+        tracking = self.start_conntrack()
         self.start_loops()
         threads = [threading.Thread(target=self.churn, daemon=True), threading.Thread(target=self.sampler, daemon=True)]
         for t in threads:
@@ -307,6 +336,9 @@ class Soak:
         for t in threads:
             t.join(timeout=60)
         ended = time.time()
+        if tracking is not None:
+            tracking.terminate()
+            tracking.wait(10)
         queries = self.collect()
         return self.report(queries, started, ended)
 
@@ -339,6 +371,8 @@ class Soak:
                 "wrong_never_held": sum(1 for q, v in w.failures if v == "wrong" and q.answer
                                         and self.timeline.stale_by(q.key, q.sent, q.received, q.answer) is None),
                 "examples": [f"{q.proto} {q.key} {v}: {q.raw[:160]}" for q, v in w.failures[:3]],
+                "lost_flows": {f"{q.proto} {q.key} {q.sent:.3f}": self.flows_around(q)
+                               for q, v in w.failures if v == "lost"},
                 "wrong_answers": [{"sent": round(q.sent, 3), "received": round(q.received, 3), "proto": q.proto, "name": q.key,
                            "answer": [q.answer[0], sorted(q.answer[1])],
                            "stale_by_s": round(self.timeline.stale_by(q.key, q.sent, q.received, q.answer) or -1, 2)}
