@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import os
 import re
 import socket
 import subprocess
@@ -503,14 +502,7 @@ def test_node_local_dns_cache_needs_the_documented_block_and_resolves_with_it(cl
 def redeploy_with_flags(cl: Cluster, directory: Path, flag_lines: list[str], components: tuple[str, ...] = ()) -> dict:
     """mcsdns again from deploy/, its flags file the base's plus `flag_lines` (and deploy/components/`components`),
     as an overlay would; returns one of the two new pods once the old ones are gone."""
-    overlay = kustomize_overlay(directory)
-    (overlay / "mcsdns.flags").write_text((ROOT / "deploy" / "base" / "mcsdns.flags").read_text() + "\n"
-                                          + "\n".join(line.strip() for line in flag_lines) + "\n")
-    kustomization = json.loads((overlay / "kustomization.yaml").read_text())
-    kustomization["components"] = [os.path.relpath(ROOT / "deploy" / "components" / c, overlay) for c in components]
-    kustomization["configMapGenerator"] = [{"name": "mcsdns-flags", "namespace": NS, "behavior": "replace",
-                                            "files": ["flags=mcsdns.flags"]}]
-    (overlay / "kustomization.yaml").write_text(json.dumps(kustomization))
+    overlay = kustomize_overlay(directory, flag_lines=flag_lines, components=components)
     kubectl(cl, "apply", "-k", str(overlay))
     rollout(cl, NS)
     wait_for(lambda: len([p for p in pods(cl, NS) if not p["metadata"].get("deletionTimestamp")]) == 2, 120,
