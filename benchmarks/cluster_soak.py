@@ -466,8 +466,8 @@ def deploy(cl: Cluster, work: Path, knot: bool) -> str | None:
     start_client(cl, name=POD)
     if knot_ip:  # the node-local Service answering (its rules may lag the pod's readiness), as a client retries
         deadline = time.monotonic() + 120
-        while "status: NOERROR" not in client_sh(cl, f"dig +time=2 +tries=1 @{knot_ip} {fqdn('web')}", pod=POD,
-                                                 check=False).stdout:
+        while "status: NOERROR" not in client_sh(cl, f"dig +time=2 +tries=1 @{knot_ip} SOA {ZONE}", pod=POD,
+                                                 check=False).stdout:  # the zone loaded (imports come later)
             if time.monotonic() > deadline:
                 raise ClusterError("the Knot secondary's Service does not answer")
             time.sleep(1)
