@@ -1,6 +1,6 @@
 """mcsdns in the one-node cluster for N minutes, every answer checked, while everything around it moves.
 
-usage: python -m benchmarks.cluster_soak --minutes N [--out FILE] [--cluster-dir DIR]   (as root)
+usage: python -m benchmarks.cluster_soak --minutes N [--out FILE] [--cluster-dir DIR] [--no-knot]   (as root)
 
 Without --cluster-dir it brings testsupport/cluster.py's cluster up and down; with it, it uses the
 cluster already up there and leaves it up, removing only what it deployed. mcsdns is deployed from
@@ -8,8 +8,10 @@ deploy/ with the image of this checkout (tools/testbin/build-images.sh) and Core
 pointed at it, as docs/install.md says. In a client pod two shell loops (UDP and TCP) run dig back to
 back through the cluster DNS Service over every name form: a ClusterSetIP A, a headless A, an SRV,
 a per-endpoint name that comes and goes, an import that comes and goes, and a name that never
-exists. They write to a file in the pod, so they survive the kube-apiserver restart (kubectl exec
-streams through it); the file is read at the end.
+exists. With the Knot secondary (deploy/examples/knot-secondary.yaml as written: mcsdns with the
+transfers component, a TSIG key, `--notify` at the Knot pods' Service name), a third loop asks Knot
+through its node-local Service over UDP. They write to a file in the pod, so they survive the
+kube-apiserver restart (kubectl exec streams through it); the file is read at the end.
 
 Meanwhile this process changes one ServiceImport or EndpointSlice every few seconds through the API
 (recording when each write was sent and returned) and, one per phase: rolls mcsdns out 3 times,
@@ -18,15 +20,20 @@ deletes an mcsdns pod (once gracefully, once `--grace-period=0 --force`), restar
 against the API state at its time, allowing docs/install.md's propagation window (cache 5 s + 2 s).
 It reports per phase the queries sent / answered / wrong / lost, every loss window with the event
 before it, mcsdns's RSS and open fds sampled over the run, and restarts nobody caused; JSON to
---out, text to stdout. A Knot secondary is not part of it.
+--out, text to stdout; per path (udp, tcp: through the stub zone; knot: the secondary) as well, with
+the Knot follower's switches and Knot's transfers from its log. The host's conntrack events for the
+cluster DNS Service (`conntrack -E`) are recorded throughout, so each query lost through the stub
+zone is shown with the flows that began around it and the pod each was sent to.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +44,8 @@ from pathlib import Path
 from testsupport import objects
 from testsupport.cluster import (
     CLIENT_NAMESPACE,
+    DNS_SERVICE_IP,
+    POD_CIDR,
     Cluster,
     ClusterError,
     client_sh,
@@ -82,12 +91,12 @@ QUERIES = {
     "nope": ("A", fqdn("nope")),
 }
 
+# $1: the path's label (udp, tcp, knot); $2: dig's extra argument (+tcp, @server), or nothing.
 LOOP = """\
-proto=$1; stop=/tmp/soak-stop
+proto=$1; flag=$2; stop=/tmp/soak-stop
 while [ ! -f $stop ]; do
   for q in {queries}; do
     key=${{q%%:*}}; rest=${{q#*:}}; type=${{rest%%:*}}; name=${{rest#*:}}
-    flag=""; [ "$proto" = tcp ] && flag=+tcp
     t0=$(date +%s.%N)
     out=$(dig +time=3 +tries=1 +noall +comments +answer $flag $type $name 2>&1 | tr '\\n' '|')
     t1=$(date +%s.%N)
@@ -99,8 +108,9 @@ done
 
 
 class Soak:
-    def __init__(self, cl: Cluster, work: Path, minutes: float, pause: float) -> None:
+    def __init__(self, cl: Cluster, work: Path, minutes: float, pause: float, knot_ip: str | None = None) -> None:
         self.cl, self.work, self.minutes, self.pause = cl, work, minutes, pause
+        self.paths = {"udp": "", "tcp": "+tcp"} | ({"knot": f"@{knot_ip}"} if knot_ip else {})
         self.api = cl.api()
         self.timeline = Timeline()
         self.events: list[tuple[float, str]] = []
@@ -110,6 +120,7 @@ class Soak:
         self.churn_errors: list[str] = []
         self.stop = threading.Event()
         self.churn_paused = threading.Event()
+        self.client_ip = ""
         self.web = 0
         self.db2 = False
         self.flip = True
@@ -250,19 +261,41 @@ class Soak:
 
     # -- the run ----------------------------------------------------------- #
 
+    def start_conntrack(self) -> subprocess.Popen | None:
+        """`conntrack -E` for flows to the cluster DNS Service, timestamped, into the work directory."""
+        try:
+            return subprocess.Popen(["conntrack", "-E", "-o", "timestamp", "--orig-dst", DNS_SERVICE_IP],
+                                    stdout=open(self.work / "conntrack.log", "w"), stderr=subprocess.DEVNULL)
+        except OSError:
+            return None
+
+    def flows_around(self, query: Query) -> list[str]:
+        """The conntrack events of new flows to the DNS Service in the half second after a lost query was
+        sent: where the client's packets were DNATed (the reply tuple's source is the pod)."""
+        path = self.work / "conntrack.log"
+        if query.proto == "knot" or not path.exists():
+            return []
+        out = []
+        for line in path.read_text(errors="replace").splitlines():
+            m = re.match(r"\[(\d+\.\d+)\]\s+\[(NEW|DESTROY)\]\s+(\S+).*", line)
+            if m and query.sent - 0.05 <= float(m[1]) <= query.sent + 0.5 and m[3] == query.proto \
+                    and f"src={self.client_ip} " in line:
+                out.append(" ".join(line.split())[:240])
+        return out
+
     def start_loops(self) -> None:
         queries = " ".join(f"{key}:{t}:{name}" for key, (t, name) in QUERIES.items())
         script = LOOP.format(queries=queries, pause=self.pause)
         self.cl.kubectl("-n", CLIENT_NAMESPACE, "exec", "-i", POD, "--", "sh", "-c",
                         "rm -f /tmp/soak-stop; cat > /tmp/soak-loop.sh", input=script)
-        for proto in ("udp", "tcp"):
-            client_sh(self.cl, f"nohup sh /tmp/soak-loop.sh {proto} > /tmp/soak-{proto}.log 2>&1 &", pod=POD)
+        for proto, flag in self.paths.items():
+            client_sh(self.cl, f"nohup sh /tmp/soak-loop.sh {proto} '{flag}' > /tmp/soak-{proto}.log 2>&1 &", pod=POD)
 
     def collect(self) -> list[Query]:
         client_sh(self.cl, "touch /tmp/soak-stop", pod=POD)
         time.sleep(5)
         out = []
-        for proto in ("udp", "tcp"):
+        for proto in self.paths:
             text = client_sh(self.cl, f"cat /tmp/soak-{proto}.log", pod=POD, timeout=120).stdout
             (self.work / f"soak-{proto}.log").write_text(text)
             out += [q for q in map(parse_line, text.splitlines()) if q is not None]
@@ -281,6 +314,9 @@ class Soak:
         spacing = self.minutes * 60 / len(plan)
         self.seed()
         time.sleep(PROPAGATION_WINDOW)
+        self.client_ip = self.cl.kubectl("-n", CLIENT_NAMESPACE, "get", "pod", POD, "-o",
+                                         "jsonpath={.status.podIP}").stdout
+        tracking = self.start_conntrack()
         self.start_loops()
         threads = [threading.Thread(target=self.churn, daemon=True), threading.Thread(target=self.sampler, daemon=True)]
         for t in threads:
@@ -300,6 +336,9 @@ class Soak:
         for t in threads:
             t.join(timeout=60)
         ended = time.time()
+        if tracking is not None:
+            tracking.terminate()
+            tracking.wait(10)
         queries = self.collect()
         return self.report(queries, started, ended)
 
@@ -312,7 +351,11 @@ class Soak:
             phases.append({"phase": name, "seconds": round(bounds[i + 1] - t, 1), "sent": len(inside),
                            "answered": sum(v != "lost" for _, v in inside),
                            "wrong": sum(v == "wrong" for _, v in inside),
-                           "lost": sum(v == "lost" for _, v in inside)})
+                           "lost": sum(v == "lost" for _, v in inside),
+                           "by_path": {path: [sum(q.proto == path for q, _ in inside),
+                                              sum(q.proto == path and v == "wrong" for q, v in inside),
+                                              sum(q.proto == path and v == "lost" for q, v in inside)]
+                                       for path in self.paths}})
         wins = []
         for w in windows(judged):
             c = cause(w, self.events)
@@ -328,6 +371,8 @@ class Soak:
                 "wrong_never_held": sum(1 for q, v in w.failures if v == "wrong" and q.answer
                                         and self.timeline.stale_by(q.key, q.sent, q.received, q.answer) is None),
                 "examples": [f"{q.proto} {q.key} {v}: {q.raw[:160]}" for q, v in w.failures[:3]],
+                "lost_flows": {f"{q.proto} {q.key} {q.sent:.3f}": self.flows_around(q)
+                               for q, v in w.failures if v == "lost"},
                 "wrong_answers": [{"sent": round(q.sent, 3), "received": round(q.received, 3), "proto": q.proto, "name": q.key,
                            "answer": [q.answer[0], sorted(q.answer[1])],
                            "stale_by_s": round(self.timeline.stale_by(q.key, q.sent, q.received, q.answer) or -1, 2)}
@@ -355,7 +400,25 @@ class Soak:
             "api_writes": {key: [[round(a, 3), round(b, 3), ans[0], sorted(ans[1])] for a, b, ans in vs]
                            for key, vs in self.timeline.versions.items()},
             "mcsdns_memory": memory, "restarts_not_caused": self.restarts(),
+            "by_path": {path: {"sent": sum(q.proto == path for q, _ in judged),
+                               "wrong": sum(q.proto == path and v == "wrong" for q, v in judged),
+                               "lost": sum(q.proto == path and v == "lost" for q, v in judged)} for path in self.paths},
+            "knot": self.knot_log() if "knot" in self.paths else None,
         }
+
+    def knot_log(self) -> dict:
+        """Knot's transfers (knotd's log) and its follower's switches (the `primary` container's)."""
+        def logs(container: str) -> str:
+            return self.cl.kubectl("-n", NS, "logs", "daemonset/knot-secondary", "-c", container, "--timestamps",
+                                   check=False, timeout=60).stdout
+        knotd, primary = logs("knotd"), logs("primary")
+        (self.work / "knotd.log").write_text(knotd)
+        return {"ixfr_finished": len(re.findall(r"IXFR, incoming, remote \S+ .*finished", knotd)),
+                "axfr_finished": len(re.findall(r"AXFR, incoming, remote \S+ .*finished", knotd)),
+                "notify_received": len(re.findall(r"notify, incoming", knotd)),
+                "errors": [line[:200] for line in knotd.splitlines() if "error" in line.lower()][:20],
+                "switches": [line.split(" ", 1)[0][11:23] + " " + line.split("primary.sh: ", 1)[1]
+                             for line in primary.splitlines() if "primary.sh: transferring from" in line]}
 
     def restarts(self) -> list[dict]:
         out = []
@@ -369,21 +432,53 @@ class Soak:
         return out
 
 
-def deploy(cl: Cluster, work: Path) -> None:
+KNOT_EXAMPLE = REPO / "deploy" / "examples" / "knot-secondary.yaml"
+
+
+def deploy(cl: Cluster, work: Path, knot: bool) -> str | None:
+    """mcsdns (with the transfers component and the Knot example's flags when `knot`), the stub zone,
+    the client pod; the Knot secondary's node-local Service IP, or None."""
     build = subprocess.run([str(REPO / "tools" / "testbin" / "build-images.sh")], capture_output=True, text=True,
                            timeout=1800)
     if build.returncode != 0:
         raise ClusterError(f"tools/testbin/build-images.sh failed: {build.stderr[-500:]}")
-    cl.kubectl("apply", "-k", str(kustomize_overlay(work / "overlay")), "--server-side")
+    example = KNOT_EXAMPLE.read_text()
+    if knot:
+        cl.kubectl("create", "namespace", NS, check=False)
+        secret = "soak-key:hmac-sha256:" + base64.b64encode(os.urandom(32)).decode()
+        cl.kubectl("-n", NS, "create", "secret", "generic", "mcsdns-tsig", f"--from-literal=tsig.key={secret}")
+        # The flags the example's header names, the pod CIDR filled in.
+        flags = [line.strip("# ").strip().replace("<your pod CIDR>", POD_CIDR)
+                 for line in example.splitlines() if line.startswith("#        --")]
+        overlay = kustomize_overlay(work / "overlay", flag_lines=flags, components=("transfers",))
+    else:
+        overlay = kustomize_overlay(work / "overlay")
+    cl.kubectl("apply", "-k", str(overlay), "--server-side")
     cl.kubectl("-n", NS, "rollout", "status", "deployment/mcsdns", "--timeout=240s", timeout=260)
+    knot_ip = None
+    if knot:
+        cl.kubectl("apply", "-f", "-", input=example.replace("image: cznic/knot:3.3", "image: localhost/knot:dev"))
+        cl.kubectl("-n", NS, "rollout", "status", "daemonset/knot-secondary", "--timeout=180s", timeout=200)
+        knot_ip = cl.kubectl("-n", NS, "get", "service", "knot-secondary-local", "-o",
+                             "jsonpath={.spec.clusterIP}").stdout
     ip = cl.kubectl("-n", NS, "get", "service", "mcsdns", "-o", "jsonpath={.spec.clusterIP}").stdout
     point_coredns_at(cl, ip, work / "corefile")
     start_client(cl, name=POD)
+    if knot_ip:  # the node-local Service answering (its rules may lag the pod's readiness), as a client retries
+        deadline = time.monotonic() + 120
+        while "status: NOERROR" not in client_sh(cl, f"dig +time=2 +tries=1 @{knot_ip} SOA {ZONE}", pod=POD,
+                                                 check=False).stdout:  # the zone loaded (imports come later)
+            if time.monotonic() > deadline:
+                raise ClusterError("the Knot secondary's Service does not answer")
+            time.sleep(1)
+    return knot_ip
 
 
 def undeploy(cl: Cluster, work: Path) -> None:
     cl.kubectl("-n", CLIENT_NAMESPACE, "delete", "pod", POD, "--wait=false", check=False)
     cl.kubectl("delete", "namespace", DEMO, "--wait=false", check=False)
+    cl.kubectl("delete", "-f", str(KNOT_EXAMPLE), "--ignore-not-found", "--wait=true", check=False, timeout=180)
+    cl.kubectl("-n", NS, "delete", "secret", "mcsdns-tsig", "--ignore-not-found", check=False)
     cl.kubectl("delete", "-k", str(work / "overlay"), "--wait=true", check=False, timeout=180)
     point_coredns_at(cl, None, work / "corefile")
 
@@ -394,7 +489,9 @@ def text(result: dict) -> str:
              f"{result['churn_writes']} API writes ({len(result['churn_errors'])} failed)"]
     lines.append(f"{'phase':28} {'s':>6} {'sent':>6} {'answered':>8} {'wrong':>6} {'lost':>5}")
     for p in result["phases"]:
-        lines.append(f"{p['phase']:28} {p['seconds']:6.0f} {p['sent']:6} {p['answered']:8} {p['wrong']:6} {p['lost']:5}")
+        paths = " ".join(f"{k} {v[0]}/{v[1]}/{v[2]}" for k, v in p["by_path"].items())
+        lines.append(f"{p['phase']:28} {p['seconds']:6.0f} {p['sent']:6} {p['answered']:8} {p['wrong']:6} {p['lost']:5}"
+                     f"  (sent/wrong/lost: {paths})")
     for w in result["loss_windows"]:
         lines.append(f"window {w['start']} {w['seconds']} s: {w['lost']} lost, {w['wrong']} wrong, "
                      f"{w['answered_right_inside']} right inside, wrong ones stale by <= {w['wrong_stale_by_max_s']} s "
@@ -404,6 +501,10 @@ def text(result: dict) -> str:
         lines.append(f"{m['pod']}: {m['samples']} samples over {m['seconds']} s, RSS {m['rss_mb_first']} -> "
                      f"{m['rss_mb_last']} MB (max {m['rss_mb_max']}), fds {m['fds_first']} -> {m['fds_last']}")
     lines.append(f"restarts not caused: {result['restarts_not_caused'] or 'none'}")
+    if result["knot"]:
+        k = result["knot"]
+        lines.append(f"knot: {k['axfr_finished']} AXFR, {k['ixfr_finished']} IXFR, {k['notify_received']} NOTIFY; "
+                     f"switches {k['switches']}; errors {k['errors'][:3]}")
     return "\n".join(lines)
 
 
@@ -413,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON report (e.g. benchmarks/results/cluster_soak.json)")
     parser.add_argument("--cluster-dir", type=Path, default=None, help="a cluster already up (left up)")
     parser.add_argument("--pause", type=float, default=0.05, help="seconds between a loop's queries")
+    parser.add_argument("--no-knot", dest="knot", action="store_false", help="without the Knot secondary")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     timings: dict[str, float] = {}
@@ -426,10 +528,10 @@ def main(argv: list[str] | None = None) -> int:
             cl.up()
             timings["up"] = round(time.monotonic() - t0, 1)
         t = time.monotonic()
-        deploy(cl, work)
+        knot_ip = deploy(cl, work, args.knot)
         timings["deploy"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
-        soak = Soak(cl, work, args.minutes, args.pause)
+        soak = Soak(cl, work, args.minutes, args.pause, knot_ip)
         try:
             result = soak.run()
         finally:

@@ -4,7 +4,9 @@ sources -> store -> table -> resolver -> DNS listeners (-> forwarder), with
 metrics and the admin endpoints around them. `App.run()` starts everything,
 waits for the stop event, then shuts down in order: /ready turns 503, DNS
 keeps answering for the lameduck period, listeners stop, in-flight queries
-drain, sources stop.
+drain, sources stop. The sources run until the last answer is given: a pod in
+its lameduck still gets queries (kube-proxy and conntrack take time to move
+them), and its answers follow the API until then.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ class App:
         """`source`: the Kubernetes source `cli._begin_source` began before the App was built (`KubeSource.begin`)."""
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.stop_event = asyncio.Event()
+        self.stop_event = asyncio.Event()  # SIGTERM or a failed task: shut down
+        # The sources, the orphan sweep and NOTIFY stop when no more answers go out (after the drain):
+        # until then every answer follows the API, the lameduck's included.
+        self._quit = asyncio.Event()
         self.failure: BaseException | None = None  # a root task that died; the CLI exits 1
         self.store = Store()
         self.table = Table(
@@ -168,10 +173,10 @@ class App:
         try:
             if isinstance(self.source, ManifestSource):
                 self.source.load()
-            self._spawn(self.source.run(self.stop_event), "source")
-            self._spawn(Orphans(self.store).run(self.stop_event), "orphans")
+            self._spawn(self.source.run(self._quit), "source")
+            self._spawn(Orphans(self.store).run(self._quit), "orphans")
             if self.notifier is not None:
-                self._spawn(self.notifier.run(self.stop_event), "notify")
+                self._spawn(self.notifier.run(self._quit), "notify")
             if self.forwarder is not None:
                 await self.forwarder.start(list(self.config.listen))
             await self._wait_for_sync()
@@ -237,6 +242,7 @@ class App:
         await self.server.drain(timeout=max(2.0, self.config.upstream_timeout + 0.5))
         if self.forwarder is not None:
             self.forwarder.close()
+        self._quit.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

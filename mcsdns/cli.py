@@ -30,8 +30,8 @@ DESCRIPTION = (
     "A DNS server for Kubernetes Multi-Cluster Services: it answers the clusterset.local zone from the "
     "ServiceImports and EndpointSlices of a cluster (or of manifest files), as CoreDNS's multicluster option "
     "does. `mcsdns serve` runs the server (with no flags: the bundled example on 127.0.0.1:5353); `mcsdns zone` "
-    "prints the zone; `mcsdns imports` and `mcsdns explain` ask a running server. `mcsdns COMMAND --help` "
-    "has each command's flags.")
+    "prints the zone; `mcsdns imports` and `mcsdns explain` ask a running server; `mcsdns follow-primary` keeps one mcsdns "
+    "pod's address in a CoreDNS secondary's configuration. `mcsdns COMMAND --help` has each command's flags.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .admin.client import add_parsers
 
     add_parsers(sub)  # `imports` and `explain`: clients of a running server's admin API
+    from .xfr.follow import add_parser as add_follow_parser
+
+    add_follow_parser(sub)  # `follow-primary`: a secondary's sidecar, no server config
     return parser
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import os
 import re
 import socket
 import subprocess
@@ -503,14 +502,7 @@ def test_node_local_dns_cache_needs_the_documented_block_and_resolves_with_it(cl
 def redeploy_with_flags(cl: Cluster, directory: Path, flag_lines: list[str], components: tuple[str, ...] = ()) -> dict:
     """mcsdns again from deploy/, its flags file the base's plus `flag_lines` (and deploy/components/`components`),
     as an overlay would; returns one of the two new pods once the old ones are gone."""
-    overlay = kustomize_overlay(directory)
-    (overlay / "mcsdns.flags").write_text((ROOT / "deploy" / "base" / "mcsdns.flags").read_text() + "\n"
-                                          + "\n".join(line.strip() for line in flag_lines) + "\n")
-    kustomization = json.loads((overlay / "kustomization.yaml").read_text())
-    kustomization["components"] = [os.path.relpath(ROOT / "deploy" / "components" / c, overlay) for c in components]
-    kustomization["configMapGenerator"] = [{"name": "mcsdns-flags", "namespace": NS, "behavior": "replace",
-                                            "files": ["flags=mcsdns.flags"]}]
-    (overlay / "kustomization.yaml").write_text(json.dumps(kustomization))
+    overlay = kustomize_overlay(directory, flag_lines=flag_lines, components=components)
     kubectl(cl, "apply", "-k", str(overlay))
     rollout(cl, NS)
     wait_for(lambda: len([p for p in pods(cl, NS) if not p["metadata"].get("deletionTimestamp")]) == 2, 120,
@@ -524,29 +516,121 @@ def doc_blocks(heading: str) -> list[str]:
     return [textwrap.dedent(body) for _, body in re.findall(r"\n( *)```\n(.*?)\n\1```", text, re.S)]
 
 
-def test_node_local_dns_as_a_secondary_holds_the_zone_and_follows_a_change(cluster: Cluster, imports: dict,
-                                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
-    """docs/transfers.md's per-node secondary, its two steps as written: mcsdns's flags file gets the doc's
-    --transfer-to and --notify, node-local-dns's clusterset.local block becomes the doc's `secondary` block
-    naming one mcsdns pod. node-local-dns loads the zone by AXFR (its log says from whom), the NodeLocal
-    client pod resolves every name form from it, and a changed ServiceImport reaches that pod after a
-    NOTIFY node-local-dns accepted (logged) and a new transfer, not by its 2-hour refresh."""
-    flags_lines, block = doc_blocks("A per-node secondary: NodeLocal DNSCache holding the zone")
-    pod = redeploy_with_flags(cluster, tmp_path_factory.mktemp("overlay-transfers"), flags_lines.strip().splitlines())
-    pod_ip = pod["status"]["podIP"]
+class AnswerLoop:
+    """dig in a client pod, one query every 0.05 s (plus dig's own time) until stopped, one line per query: the time, the rcode
+    (TIMEOUT: no reply within dig's one try of 2 s) and the A records, so that what clients got across
+    a switch can be read back in order."""
+
+    def __init__(self, cl: Cluster, pod: str, name: str) -> None:
+        self.cl, self.pod, self.stop_file = cl, pod, f"/tmp/stop-answers-{pod}"
+        script = (f"rm -f {self.stop_file}; while [ ! -f {self.stop_file} ]; do t=$(date +%s.%N); "
+                  f"r=$(dig +time=2 +tries=1 +noall +comments +answer {name}); "
+                  "s=$(echo \"$r\" | sed -n 's/.*status: \\([A-Z]*\\).*/\\1/p'); "
+                  "a=$(echo \"$r\" | awk '$4 == \"A\" {print $5}' | sort | tr '\\n' ' '); "
+                  "echo \"$t ${s:-TIMEOUT} $a\"; sleep 0.05; done")
+        self.proc = subprocess.Popen(
+            [str(cl.bin["kubectl"]), f"--kubeconfig={cl.kubeconfig}", "-n", CLIENT_NS, "exec", pod, "--",
+             "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def stop(self) -> list[tuple[float, str, list[str]]]:
+        client_sh(self.cl, f"touch {self.stop_file}", pod=self.pod)
+        out, _ = self.proc.communicate(timeout=30)
+        replies = []
+        for line in out.splitlines():
+            t, status, *addresses = line.split()
+            replies.append((float(t), status, sorted(addresses)))
+        return replies
+
+
+def switch_window(replies: list[tuple[float, str, list[str]]], want: list[str]) -> tuple[float, dict[str, int]]:
+    """(seconds from the first reply that is not `want` to the next one that is, over the longest such
+    run; the count of each kind of reply), a kind being the rcode, or WRONG for an answer other than `want`."""
+    kinds: dict[str, int] = {}
+    longest, began = 0.0, None
+    for t, status, addresses in replies:
+        kind = "WRONG" if status == "NOERROR" and addresses != want else status
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind == "NOERROR":
+            if began is not None:
+                longest, began = max(longest, t - began), None
+        elif began is None:
+            began = t
+    if began is not None:
+        longest = max(longest, replies[-1][0] - began)
+    return longest, kinds
+
+
+def reload_to_transfer(log: str, source: str) -> float:
+    """From `kubectl logs --timestamps` of a CoreDNS: seconds from the last reload before the last transfer of
+    the zone from `source` to that transfer, the most a reload leaves its new `secondary` without the zone."""
+    stamps: list[tuple[datetime.datetime, str]] = []
+    for line in log.splitlines():
+        stamp, _, text = line.partition(" ")
+        stamps.append((datetime.datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00"), text))
+    transfer = max(i for i, (_, text) in enumerate(stamps) if f"Transferred: {ZONE}. from {source}:5353" in text)
+    reload = max(i for i, (_, text) in enumerate(stamps[:transfer]) if text.endswith("[INFO] Reloading"))
+    return (stamps[transfer][0] - stamps[reload][0]).total_seconds()
+
+
+def test_node_local_dns_as_a_secondary_follows_one_pod_by_itself_across_a_deletion_and_a_rollout(
+        cluster: Cluster, imports: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """docs/transfers.md's per-node secondary, its steps as written: mcsdns's flags file gets the doc's
+    --transfer-to and --notify and the component primaries (the headless Service mcsdns-primaries);
+    node-local-dns's clusterset.local block imports the file that deploy/examples/nodelocaldns-secondary.yaml's
+    follower writes, the DaemonSet patched with that file. node-local-dns loads the zone by AXFR from the pod
+    the follower chose (its log says from whom), the NodeLocal client pod resolves every name form from it,
+    and a changed ServiceImport reaches that pod after a NOTIFY node-local-dns accepted and a new transfer.
+    Then that mcsdns pod is deleted and, later, every pod replaced by a rollout: nothing is edited by hand,
+    node-local-dns transfers from a current pod by itself and follows the next change by NOTIFY, and a
+    client asking all along gets the zone's answer or, for a moment, SERVFAIL, never a wrong one."""
+    flags_lines, components, block, patch_command = doc_blocks("A per-node secondary: NodeLocal DNSCache holding the zone")
+    assert components.split() == ["components:", "-", "../../components/primaries"]
+    pod = redeploy_with_flags(cluster, tmp_path_factory.mktemp("overlay-transfers"), flags_lines.strip().splitlines(),
+                              ("primaries",))
     assert "--notify=169.254.20.10:53" in kubectl(cluster, "-n", NS, "exec", pod["metadata"]["name"], "--", "cat",
                                                   "/etc/mcsdns/flags")
-    run_node_local_dns(cluster, with_mcsdns_block=True, block=block.replace("MCSDNS_POD_IP", pod_ip))
+    example = "deploy/examples/nodelocaldns-secondary.yaml"
+    assert patch_command.split() == ["kubectl", "-n", "kube-system", "patch", "daemonset", "node-local-dns",
+                                     "--patch-file", example]
+    patch = (ROOT / example).read_text()
+    assert "--name=mcsdns-primaries.mcsdns.svc.cluster.local." in patch and CLUSTER_DOMAIN == "cluster.local"
+    patch_file = tmp_path_factory.mktemp("nodelocal-patch") / "nodelocaldns-secondary.yaml"
+    patch_file.write_text(patch.replace("image: registry.example.com/platform/mcsdns:0.1.0", f"image: {IMAGE}")
+                          .replace("__PILLAR__DNS__SERVER__", DNS_SERVICE_IP))  # the header's step 3
+    cluster.add_address(f"{NODE_LOCAL_DNS_IP}/32", "lo")
+    for obj in node_local_dns_objects(node_local_corefile(block=block)):
+        kubectl(cluster, "apply", "-f", "-", input=json.dumps(obj))
+    kubectl(cluster, "-n", "kube-system", "patch", "daemonset", "node-local-dns", "--patch-file", str(patch_file))
+    kubectl(cluster, "-n", "kube-system", "rollout", "restart", "daemonset/node-local-dns")
+    kubectl(cluster, "-n", "kube-system", "rollout", "status", "daemonset/node-local-dns", "--timeout=120s", timeout=150)
     node_local = "client-nodelocal"  # test_node_local_dns_cache_...'s pod: 169.254.20.10 its only nameserver
 
-    def node_local_log() -> str:
-        return kubectl(cluster, "-n", "kube-system", "logs", "daemonset/node-local-dns")
+    def node_local_log(container: str = "node-cache") -> str:
+        return kubectl(cluster, "-n", "kube-system", "logs", "daemonset/node-local-dns", "-c", container)
+
+    def transferred_from() -> str | None:
+        """The mcsdns pod address node-local-dns's last transfer came from."""
+        found = re.findall(rf"Transferred: {re.escape(ZONE)}\. from (\S+):5353", node_local_log())
+        return found[-1] if found else None
+
+    def live_ips() -> set[str]:
+        return {p["status"].get("podIP") for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")}
 
     def pod_dig(*args: str) -> list[str]:
         return sorted(client_sh(cluster, "dig +time=2 +tries=2 +short " + " ".join(args), pod=node_local,
                                 check=False).stdout.split())
 
-    wait_for(lambda: f"Transferred: {ZONE}. from {pod_ip}:5353" in node_local_log(), 60, "node-local-dns's AXFR")
+    def change_reaches_the_pod(ip: str, from_pod: str) -> None:
+        cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=[ip])))
+        wait_for(lambda: pod_dig(web) == [ip], 30, f"the change to {ip} through node-local-dns", 0.2)
+        assert f"Notify from {from_pod} for {ZONE}.: checking transfer" in node_local_log(), node_local_log()[-3000:]
+
+    # The file does not exist when node-cache starts (the glob imports nothing): the zone comes with the
+    # first `reload` after the follower wrote it (30 s, +/- 15 s).
+    wait_for(lambda: transferred_from() in live_ips(), 120, "node-local-dns's AXFR from a current mcsdns pod", 1)
+    pod_ip = transferred_from()
+    assert f"transferring from mcsdns pod {pod_ip}:5353" in node_local_log("mcsdns-primary")
+    primary = next(p for p in pods(cluster, NS) if p["status"].get("podIP") == pod_ip)
     web, db = f"web.{DEMO}.svc.{ZONE}", f"db.{DEMO}.svc.{ZONE}"
     direct = f"@{service_ip(cluster, NS)}"
     web_ips, db_ips = (sorted(dig(cluster, "+short", direct, name).split()) for name in (web, db))
@@ -556,28 +640,50 @@ def test_node_local_dns_as_a_secondary_holds_the_zone_and_follows_a_change(clust
     nx = client_sh(cluster, f"dig +noall +comments +authority nope.{DEMO}.svc.{ZONE}", pod=node_local).stdout
     assert "status: NXDOMAIN" in nx and "flags: qr aa" in nx and f"ns.dns.{ZONE}. hostmaster.{ZONE}." in nx, nx
     loads = node_local_log().count(f"Transferred: {ZONE}. from {pod_ip}:5353")
+    change_reaches_the_pod("10.245.0.12", pod_ip)
+    assert node_local_log().count(f"Transferred: {ZONE}. from {pod_ip}:5353") > loads
 
-    changed = dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.12"]))
-    cluster.api().apply(changed)
-    wait_for(lambda: pod_dig(web) == ["10.245.0.12"], 30, "the change through node-local-dns", 0.2)
-    log = node_local_log()
-    assert f"Notify from {pod_ip} for {ZONE}.: checking transfer" in log, log
-    assert log.count(f"Transferred: {ZONE}. from {pod_ip}:5353") > loads, log
+    # The pod node-local-dns follows goes; a client asks all along.
+    loop = AnswerLoop(cluster, node_local, web)
+    time.sleep(2)
+    deleted = time.monotonic()
+    kubectl(cluster, "-n", NS, "delete", "pod", primary["metadata"]["name"], "--wait=false")
+    wait_for(lambda: transferred_from() not in (None, pod_ip), 180, "node-local-dns transferring from another pod", 1)
+    moved = time.monotonic() - deleted
+    new_ip = transferred_from()
+    assert new_ip in live_ips()
+    assert (f"{pod_ip} is no longer listed by mcsdns-primaries.mcsdns.svc.cluster.local.; transferring from mcsdns "
+            f"pod {new_ip}:5353") in node_local_log("mcsdns-primary"), node_local_log("mcsdns-primary")
+    time.sleep(3)
+    replies = loop.stop()
+    window, kinds = switch_window(replies, ["10.245.0.12"])
+    gap = reload_to_transfer(kubectl(cluster, "-n", "kube-system", "logs", "daemonset/node-local-dns", "-c",
+                                     "node-cache", "--timestamps"), new_ip)
+    print(f"pod deleted: node-local-dns transferred from {new_ip} {moved:.0f} s later, {gap * 1000:.0f} ms after "
+          f"its reload began; {len(replies)} queries across it ({replies[-1][0] - replies[0][0]:.0f} s): {kinds}; "
+          f"the longest run without the answer {window:.2f} s")
+    assert gap < 5
+    assert kinds.get("NOERROR", 0) > 20 and "WRONG" not in kinds and "NXDOMAIN" not in kinds, replies
+    assert window < 10, [r for r in replies if r[1] != "NOERROR"]
+    change_reaches_the_pod("10.245.0.13", new_ip)
 
-    # The named pod goes: node-local-dns answers from the zone it holds; the block rewritten with a current
-    # pod's address (the ConfigMap alone, as `kubectl edit` does) is applied by `reload`, and it follows again.
-    kubectl(cluster, "-n", NS, "delete", "pod", pod["metadata"]["name"], "--wait=true", timeout=120)
-    assert pod_dig(web) == ["10.245.0.12"]
-    other = next(p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")
-                 and p["status"].get("podIP") not in (None, pod_ip))
-    new_ip = other["status"]["podIP"]
-    configmap = node_local_dns_objects(node_local_corefile(block=block.replace("MCSDNS_POD_IP", new_ip)))[0]
-    kubectl(cluster, "apply", "-f", "-", input=json.dumps(configmap))
-    wait_for(lambda: f"Transferred: {ZONE}. from {new_ip}:5353" in node_local_log(), 180,
-             "node-local-dns reloading the block and transferring from the other pod", 2)
-    cluster.api().apply(dict(imports["web"], spec=dict(imports["web"]["spec"], ips=["10.245.0.13"])))
-    wait_for(lambda: pod_dig(web) == ["10.245.0.13"], 30, "a change after the move", 0.2)
-    assert f"Notify from {new_ip} for {ZONE}.: checking transfer" in node_local_log()
+    # A rollout replaces every pod, one at a time: node-local-dns ends on a current one and follows it.
+    loop = AnswerLoop(cluster, node_local, web)
+    kubectl(cluster, "-n", NS, "rollout", "restart", "deployment/mcsdns")
+    rollout(cluster, NS)
+    wait_for(lambda: len(live_ips()) == 2 and transferred_from() in live_ips(), 180,
+             "node-local-dns transferring from a pod of the rollout", 1)
+    time.sleep(3)
+    replies = loop.stop()
+    window, kinds = switch_window(replies, ["10.245.0.13"])
+    gap = reload_to_transfer(kubectl(cluster, "-n", "kube-system", "logs", "daemonset/node-local-dns", "-c",
+                                     "node-cache", "--timestamps"), transferred_from())
+    print(f"rollout: node-local-dns follows {transferred_from()} ({gap * 1000:.0f} ms from its last reload to the "
+          f"transfer); {len(replies)} queries across it ({replies[-1][0] - replies[0][0]:.0f} s): {kinds}; "
+          f"the longest run without the answer {window:.2f} s; moves: "
+          + ", ".join(re.findall(r"transferring from mcsdns pod (\S+)", node_local_log("mcsdns-primary"))))
+    assert "WRONG" not in kinds and "NXDOMAIN" not in kinds and window < 10, replies
+    change_reaches_the_pod("10.245.0.16", transferred_from())
 
 
 def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_name(
@@ -618,12 +724,18 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
         found = re.findall(r"AXFR, incoming, remote (\S+)@5353, finished", knot_log())
         return found[-1] if found else None
 
-    wait_for(lambda: knot_follows() is not None, 60, "Knot's signed AXFR")
+    def live() -> dict[str, dict]:
+        return {p["status"].get("podIP"): p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")}
+
+    # The start script's choice may be a pod the redeploy above just replaced: the cluster DNS caches the
+    # Service's addresses (`cache 30`), and the node-local secondary test's follower keeps that answer warm.
+    # Then the follower moves Knot within its 10 s poll; what counts is that Knot ends on a live pod that
+    # one of the two chose.
+    wait_for(lambda: knot_follows() in live(), 90, "Knot's signed AXFR from a current mcsdns pod", 1)
     pod_ip = knot_follows()
-    ready = {p["status"].get("podIP"): p for p in pods(cluster, NS) if not p["metadata"].get("deletionTimestamp")}
-    assert pod_ip in ready, (pod_ip, list(ready))
-    primary = ready[pod_ip]
-    assert f"primary.sh: transferring from mcsdns pod {pod_ip}" in knot_log(), "the start script's choice"
+    primary = live()[pod_ip]
+    chosen = knot_log() + kubectl(cluster, "-n", NS, "logs", "daemonset/knot-secondary", "-c", "primary")
+    assert f"primary.sh: transferring from mcsdns pod {pod_ip}" in chosen, "the script's choice"
     local = service_ip(cluster, NS, "knot-secondary-local")
     web, db = f"web.{DEMO}.svc.{ZONE}", f"db.{DEMO}.svc.{ZONE}"
     direct = f"@{service_ip(cluster, NS)}"

@@ -40,6 +40,7 @@ import dns.rdatatype
 import pytest
 import yaml
 
+from testsupport.cluster import node_local_dns_objects
 from testsupport.polling import eventually
 from testsupport.testbed import ApiError, Process, Testbed
 from testsupport.testbed import testbin_cache as _testbin_cache
@@ -460,11 +461,41 @@ def test_examples_pass_server_side_validation(kubectl: Kubectl, base: dict) -> N
     mcsdns namespace exists (knot-secondary.yaml goes there, under its restricted PodSecurity level)."""
     files = sorted(EXAMPLES.glob("*.yaml"))
     assert {f.name for f in files} >= {"coredns-stub-zone.yaml", "nodelocaldns-stub-zone.yaml",
-                                       "coredns-multicluster.yaml", "knot-secondary.yaml"}
+                                       "coredns-multicluster.yaml", "knot-secondary.yaml", PATCHES[0]}
     for path in files:
+        if path.name in PATCHES:  # a patch of the user's own object: test_the_nodelocaldns_secondary_patch_...
+            continue
         proc = kubectl("apply", "--server-side", "--dry-run=server", "-f", path)
         assert_no_warnings(proc)
         assert "serverside-applied (server dry run)" in proc.stdout, proc.stdout
+
+
+PATCHES = ("nodelocaldns-secondary.yaml",)  # examples that patch an object of the user's, not objects
+
+
+@pytest.mark.kube
+def test_the_nodelocaldns_secondary_patch_merges_into_the_addon_daemonset(kubectl: Kubectl, tmp_path: Path) -> None:
+    """deploy/examples/nodelocaldns-secondary.yaml, merged by kubectl's strategic merge into a DaemonSet shaped
+    like the add-on's (testsupport/cluster.py's): node-cache keeps its own mounts and gains the shared
+    directory read-only, the follower runs `mcsdns follow-primary` into it, and the API server accepts
+    the result (server dry run, no warning)."""
+    daemonset = next(o for o in node_local_dns_objects("") if o["kind"] == "DaemonSet")
+    (tmp_path / "daemonset.json").write_text(json.dumps(daemonset))
+    merged = json.loads(kubectl("patch", "--local", "-f", tmp_path / "daemonset.json", "--type=strategic",
+                                "--patch-file", EXAMPLES / PATCHES[0], "-o", "json").stdout)
+    pod = merged["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert list(containers) == ["node-cache", "mcsdns-primary"]
+    assert sorted(containers["node-cache"]["volumeMounts"], key=lambda m: m["name"]) == [
+        {"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": True},
+        {"name": "mcsdns-primary", "mountPath": "/run/mcsdns-primary", "readOnly": True}]
+    follower = containers["mcsdns-primary"]
+    assert follower["args"][0] == "follow-primary" and "--out=/run/mcsdns-primary/secondary.conf" in follower["args"]
+    assert {"name": "mcsdns-primary", "mountPath": "/run/mcsdns-primary"} in follower["volumeMounts"]
+    assert {v["name"] for v in pod["volumes"]} == {"config-volume", "mcsdns-primary"}
+    (tmp_path / "merged.json").write_text(json.dumps(merged))
+    proc = kubectl("apply", "--server-side", "--dry-run=server", "-f", tmp_path / "merged.json")
+    assert_no_warnings(proc)
 
 
 @pytest.mark.kube

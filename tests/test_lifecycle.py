@@ -60,6 +60,21 @@ def test_sigterm_turns_ready_503_keeps_answering_for_the_lameduck_then_exits_0()
         assert "[INFO]" not in s.log()  # no query log unless asked for
 
 
+def test_answers_during_the_lameduck_follow_changes_to_the_manifests(tmp_path):
+    """A pod in its lameduck still gets queries (kube-proxy and conntrack move them only later): its
+    answers follow the source until it stops answering, never freeze at the SIGTERM's state."""
+    path = tmp_path / "clusterset.yaml"
+    path.write_text((ROOT / "mcsdns/examples/clusterset.yaml").read_text())
+    with ForwardingServer("--lameduck", "6s", "--manifests", str(path)) as s:
+        assert s.query(WEB, "A").answer[0][0].address == "10.96.10.10"
+        s.signal(signal.SIGTERM)
+        eventually(lambda: s.http("/ready") == (503, "Shutting down"))
+        path.write_text(path.read_text().replace("10.96.10.10", "10.96.10.77"))
+        eventually(lambda: s.query(WEB, "A").answer[0][0].address == "10.96.10.77", timeout=4)
+        assert s.proc.poll() is None and s.http("/ready")[0] == 503  # still the lameduck
+        assert exit_code(s, timeout=15) == 0
+
+
 def test_an_open_tcp_query_finishes_during_shutdown():
     with Fake(delay=0.8) as slow, ForwardingServer("--upstream", slow.addr) as s:
         with socket.create_connection(s.addr, timeout=5) as conn:

@@ -93,3 +93,15 @@ def test_kustomize_transfers_component(tmp_path: Path) -> None:
     assert container["args"] == [f"--tsig-key-file={MOUNTED}"]
     flags = parse_flags(objects["ConfigMap"]["data"]["flags"]) + ["--transfer-to=127.0.0.1"]  # what the user adds
     serve_and_transfer(container["command"], flags, container["args"], tmp_path)
+
+
+def test_kustomize_primaries_component_alone_adds_the_service_and_no_key(tmp_path: Path) -> None:
+    """deploy/components/primaries: the headless Service for secondaries that cannot sign (a CoreDNS
+    `secondary` followed by `mcsdns follow-primary`), the Deployment as the base has it (no TSIG)."""
+    rendered = with_component("primaries", tmp_path)
+    services = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "Service"}
+    assert_primaries(services.pop("mcsdns-primaries"), services["mcsdns"])
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert "tsig" not in {v["name"] for v in pod["volumes"]}
+    assert "args" not in pod["containers"][0]

@@ -969,15 +969,26 @@ MCSDNS_IMAGE = "localhost/mcsdns:dev"
 CLIENT_NAMESPACE = "dnsclient"
 
 
-def kustomize_overlay(directory: Path, image: str = MCSDNS_IMAGE) -> Path:
-    """deploy/ with its image set, as `kustomize edit set image mcsdns=IMAGE` would, in an overlay."""
+def kustomize_overlay(directory: Path, image: str = MCSDNS_IMAGE, flag_lines: list[str] | tuple[str, ...] = (),
+                      components: tuple[str, ...] = ()) -> Path:
+    """deploy/ with its image set, as `kustomize edit set image mcsdns=IMAGE` would, in an overlay; with
+    `flag_lines`, its flags file is the base's plus those lines, and `components` (deploy/components/<name>)
+    are added, as an operator's overlay does."""
     directory.mkdir(parents=True, exist_ok=True)
     name, _, tag = image.rpartition(":")
-    (directory / "kustomization.yaml").write_text(json.dumps({
+    kustomization: dict = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(REPO / "deploy", directory)],
         "images": [{"name": "mcsdns", "newName": name, "newTag": tag}],
-    }))
+    }
+    if components:
+        kustomization["components"] = [os.path.relpath(REPO / "deploy" / "components" / c, directory) for c in components]
+    if flag_lines:
+        (directory / "mcsdns.flags").write_text((REPO / "deploy" / "base" / "mcsdns.flags").read_text() + "\n"
+                                                + "\n".join(line.strip() for line in flag_lines) + "\n")
+        kustomization["configMapGenerator"] = [{"name": "mcsdns-flags", "namespace": "mcsdns", "behavior": "replace",
+                                                "files": ["flags=mcsdns.flags"]}]
+    (directory / "kustomization.yaml").write_text(json.dumps(kustomization))
     return directory
 
 

@@ -1,0 +1,179 @@
+"""`mcsdns follow-primary` as a sidecar runs it: real DNS servers on loopback sockets.
+
+A "cluster DNS" answers the headless name with the addresses a test gives it (or fails, or has
+none); "pods" on 127.0.0.2 and 127.0.0.3, one port, answer the zone's SOA or not. The command runs
+as a process, and the test reads what a secondary would: the file it writes, and its log.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dns.flags
+import dns.message
+import dns.rcode
+import dns.rdatatype
+import dns.rrset
+import pytest
+
+from testsupport.testbed import free_port
+
+NAME = "mcsdns-primaries.mcsdns.svc.cluster.local."
+ZONE = "clusterset.local."
+
+
+class Server:
+    """A UDP DNS server on `address`:`port`: A queries for NAME get `self.listed` (NXDOMAIN when empty,
+    SERVFAIL while `self.failing`); the SOA of ZONE is answered when `soa`."""
+
+    def __init__(self, address: str, port: int, listed: list[str] | None = None, soa: bool = False) -> None:
+        self.listed = list(listed or [])
+        self.failing = False
+        self.soa = soa
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((address, port))
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except OSError:
+                return
+            query = dns.message.from_wire(data)
+            reply = dns.message.make_response(query)
+            q = query.question[0]
+            if q.rdtype == dns.rdatatype.SOA and q.name.to_text() == ZONE and self.soa:
+                reply.flags |= dns.flags.AA
+                reply.answer.append(dns.rrset.from_text(ZONE, 5, "IN", "SOA",
+                                                        f"ns.dns.{ZONE} hostmaster.{ZONE} 1 7200 1800 86400 5"))
+            elif q.name.to_text() != NAME or self.failing:
+                reply.set_rcode(dns.rcode.SERVFAIL)
+            elif not self.listed:
+                reply.set_rcode(dns.rcode.NXDOMAIN)
+            elif q.rdtype == dns.rdatatype.A:
+                reply.answer.append(dns.rrset.from_text(NAME, 5, "IN", "A", *self.listed))
+            self.sock.sendto(reply.to_wire(), peer)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def world():
+    port = free_port()
+    dns_server = Server("127.0.0.1", free_port())
+    pods = {"127.0.0.2": Server("127.0.0.2", port, soa=True), "127.0.0.3": Server("127.0.0.3", port, soa=True)}
+    yield dns_server, pods, port
+    for s in (dns_server, *pods.values()):
+        s.close()
+
+
+def command(dns_server: Server, port: int, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mcsdns", "follow-primary", "--name", NAME,
+            "--server", f"127.0.0.1:{dns_server.sock.getsockname()[1]}", "--port", str(port), "--out", str(out), *extra]
+
+
+def wait_for(check, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    raise AssertionError(f"not after {timeout} s")
+
+
+def test_once_writes_a_listed_address_that_answers_the_soa(world, tmp_path: Path) -> None:
+    dns_server, pods, port = world
+    pods["127.0.0.2"].soa = False  # listed (ready) but not answering: not chosen
+    dns_server.listed = ["127.0.0.2", "127.0.0.3"]
+    out = tmp_path / "secondary.conf"
+    done = subprocess.run(command(dns_server, port, out, "--once"), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == f"secondary {{\n    transfer from 127.0.0.3:{port}\n}}\n"
+    assert f"transferring from mcsdns pod 127.0.0.3:{port}" in done.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["secondary.conf"]  # no temporary file left beside it
+
+
+def test_once_with_no_answering_address_writes_nothing_and_exits_1(world, tmp_path: Path) -> None:
+    dns_server, pods, port = world
+    out = tmp_path / "secondary.conf"
+    done = subprocess.run(command(dns_server, port, out, "--once"), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and not out.exists()
+    assert f"{NAME} lists no address: keeping {out} unwritten" in done.stderr, done.stderr
+    pods["127.0.0.2"].soa = pods["127.0.0.3"].soa = False
+    dns_server.listed = ["127.0.0.2", "127.0.0.3"]
+    done = subprocess.run(command(dns_server, port, out, "--once"), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and not out.exists()
+    assert "lists 127.0.0.2, 127.0.0.3, none answering the SOA of clusterset.local" in done.stderr, done.stderr
+
+
+def test_keeps_the_address_while_listed_switches_when_it_goes_and_survives_a_failing_lookup(world, tmp_path: Path) -> None:
+    dns_server, pods, port = world
+    dns_server.listed = ["127.0.0.3"]
+    template = tmp_path / "template"
+    template.write_text("remote: MCSDNS_PRIMARY # the rest of the file as written\n")
+    out = tmp_path / "primary.conf"
+    proc = subprocess.Popen(command(dns_server, port, out, "--template", str(template), "--interval", "0.2"),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(out.exists)
+        assert out.read_text() == f"remote: 127.0.0.3:{port} # the rest of the file as written\n"
+        written = out.stat().st_ino
+        dns_server.listed = ["127.0.0.2", "127.0.0.3"]  # another pod, first in order: the chosen one stays
+        time.sleep(1.0)
+        assert out.stat().st_ino == written, "rewritten although its address is still listed"
+        dns_server.failing = True  # the cluster DNS fails: nothing changes
+        time.sleep(1.0)
+        assert out.stat().st_ino == written
+        dns_server.failing = False
+        dns_server.listed = []  # no pod listed (all unready): nothing better to write
+        time.sleep(1.0)
+        assert out.stat().st_ino == written
+        dns_server.listed = ["127.0.0.2"]  # the chosen pod is gone: the other one, written atomically
+        wait_for(lambda: out.read_text() == f"remote: 127.0.0.2:{port} # the rest of the file as written\n")
+        assert out.stat().st_ino != written
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert f"transferring from mcsdns pod 127.0.0.3:{port}" in err, err
+    assert err.count(f"cannot look {NAME} up") == 1, err  # said once, not every pass
+    assert "keeping mcsdns pod 127.0.0.3" in err
+    assert f"127.0.0.3 is no longer listed by {NAME}; transferring from mcsdns pod 127.0.0.2:{port}" in err, err
+
+
+def test_a_restart_keeps_the_address_the_file_already_holds(world, tmp_path: Path) -> None:
+    dns_server, pods, port = world
+    dns_server.listed = ["127.0.0.2", "127.0.0.3"]
+    out = tmp_path / "secondary.conf"
+    out.write_text(f"secondary {{\n    transfer from 127.0.0.3:{port}\n}}\n")  # written before the restart
+    written = out.stat().st_ino
+    done = subprocess.run(command(dns_server, port, out, "--once"), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and out.stat().st_ino == written, done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--port", "0"], "argument --port: must be in range [1, 65535]: 0"),
+    (["--interval", "0"], "argument --interval: must be in range (0, 3600] seconds: 0"),
+    (["--interval", "soon"], "argument --interval: 'soon' is not a duration"),
+    (["--server", "10.96.0.10:99999"], "argument --server"),
+    (["--template", "/nonexistent/template"], "--template /nonexistent/template: cannot read it: No such file or directory"),
+    (["--template", "{template}"], "--template {template}: MCSDNS_PRIMARY does not occur in it"),
+    (["--out", "/nonexistent/dir/out"], "--out /nonexistent/dir/out: the directory /nonexistent/dir does not exist"),
+])
+def test_bad_flags_exit_2_naming_the_flag(tmp_path: Path, args: list[str], message: str) -> None:
+    template = tmp_path / "template"
+    template.write_text("transfer from 10.0.0.1:5353\n")
+    args = [a.replace("{template}", str(template)) for a in args]
+    base = ["--name", NAME, "--out", str(tmp_path / "out")]
+    done = subprocess.run([sys.executable, "-m", "mcsdns", "follow-primary", *base, *args], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert message.replace("{template}", str(template)) in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
