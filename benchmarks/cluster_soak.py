@@ -121,6 +121,7 @@ class Soak:
         self.stop = threading.Event()
         self.churn_paused = threading.Event()
         self.client_ip = ""
+        self.flows: list[tuple[float, str, str]] = []  # (time, udp or tcp, the event line): read_flows
         self.web = 0
         self.db2 = False
         self.flip = True
@@ -264,24 +265,27 @@ class Soak:
     def start_conntrack(self) -> subprocess.Popen | None:
         """`conntrack -E` for flows to the cluster DNS Service, timestamped, into the work directory."""
         try:
-            return subprocess.Popen(["conntrack", "-E", "-o", "timestamp", "--orig-dst", DNS_SERVICE_IP],
-                                    stdout=open(self.work / "conntrack.log", "w"), stderr=subprocess.DEVNULL)
+            with open(self.work / "conntrack.log", "w") as log:  # the child keeps its own descriptor
+                return subprocess.Popen(["conntrack", "-E", "-o", "timestamp", "--orig-dst", DNS_SERVICE_IP],
+                                        stdout=log, stderr=subprocess.DEVNULL)
         except OSError:
             return None
+
+    def read_flows(self) -> None:
+        """The client's flow events (NEW, DESTROY) from the conntrack log, read once for every lost query."""
+        path = self.work / "conntrack.log"
+        if not path.exists():
+            return
+        for line in path.read_text(errors="replace").splitlines():
+            m = re.match(r"\[(\d+\.\d+)\]\s+\[(NEW|DESTROY)\]\s+(\S+).*", line)
+            if m and f"src={self.client_ip} " in line:
+                self.flows.append((float(m[1]), m[3], " ".join(line.split())[:240]))
 
     def flows_around(self, query: Query) -> list[str]:
         """The conntrack events of new flows to the DNS Service in the half second after a lost query was
         sent: where the client's packets were DNATed (the reply tuple's source is the pod)."""
-        path = self.work / "conntrack.log"
-        if query.proto == "knot" or not path.exists():
-            return []
-        out = []
-        for line in path.read_text(errors="replace").splitlines():
-            m = re.match(r"\[(\d+\.\d+)\]\s+\[(NEW|DESTROY)\]\s+(\S+).*", line)
-            if m and query.sent - 0.05 <= float(m[1]) <= query.sent + 0.5 and m[3] == query.proto \
-                    and f"src={self.client_ip} " in line:
-                out.append(" ".join(line.split())[:240])
-        return out
+        return [line for t, proto, line in self.flows
+                if proto == query.proto and query.sent - 0.05 <= t <= query.sent + 0.5]
 
     def start_loops(self) -> None:
         queries = " ".join(f"{key}:{t}:{name}" for key, (t, name) in QUERIES.items())
@@ -317,28 +321,32 @@ class Soak:
         self.client_ip = self.cl.kubectl("-n", CLIENT_NAMESPACE, "get", "pod", POD, "-o",
                                          "jsonpath={.status.podIP}").stdout
         tracking = self.start_conntrack()
-        self.start_loops()
-        threads = [threading.Thread(target=self.churn, daemon=True), threading.Thread(target=self.sampler, daemon=True)]
-        for t in threads:
-            t.start()
-        started = time.time()
-        self.sample()
-        for name, action in plan:
-            phase_start = time.time()
-            self.phases.append((phase_start, name))
-            try:
-                action()
-            except (ClusterError, subprocess.SubprocessError, StopIteration) as err:
-                self.event(f"{name} failed: {err}"[:300])
-            time.sleep(max(SETTLE, spacing - (time.time() - phase_start)))
-        self.sample()
-        self.stop.set()
+        try:
+            self.start_loops()
+            threads = [threading.Thread(target=self.churn, daemon=True),
+                       threading.Thread(target=self.sampler, daemon=True)]
+            for t in threads:
+                t.start()
+            started = time.time()
+            self.sample()
+            for name, action in plan:
+                phase_start = time.time()
+                self.phases.append((phase_start, name))
+                try:
+                    action()
+                except (ClusterError, subprocess.SubprocessError, StopIteration) as err:
+                    self.event(f"{name} failed: {err}"[:300])
+                time.sleep(max(SETTLE, spacing - (time.time() - phase_start)))
+            self.sample()
+        finally:
+            self.stop.set()
+            if tracking is not None:  # stopped however the run ends: a soak leaves nothing running
+                tracking.terminate()
+                tracking.wait(10)
         for t in threads:
             t.join(timeout=60)
         ended = time.time()
-        if tracking is not None:
-            tracking.terminate()
-            tracking.wait(10)
+        self.read_flows()
         queries = self.collect()
         return self.report(queries, started, ended)
 
