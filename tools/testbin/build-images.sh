@@ -5,7 +5,8 @@
 #   localhost/pause:dev      the sandbox image, from build-node.sh's static pause
 #   localhost/coredns:dev    the cluster DNS, from build.sh's CoreDNS binary
 #   localhost/dnsutils:dev   a client pod with dig and kdig (Debian bookworm)
-#   localhost/knot:dev       knotd (Debian bookworm's knot), for deploy/examples/knot-secondary.yaml
+#   localhost/knot:dev       knotd, knotc and kdig (Debian bookworm's knot and knot-dnsutils), for
+#                            deploy/examples/knot-secondary.yaml (its follower asks mcsdns pods with kdig)
 #   localhost/mcsdns:dev     the project's own Containerfile, with BASE set to a
 #                            Debian bookworm + python3 made here by mmdebstrap in
 #                            place of the unreachable python:3.12-slim
@@ -80,7 +81,7 @@ if [ -x "$bin/lighthouse-agent" ]; then
     from_binary lighthouse-agent
 fi
 debian dnsutils "bind9-dnsutils,knot-dnsutils" "sleep infinity"
-debian knot "knot" "knotd"
+debian knot "knot,knot-dnsutils" "knotd"
 debian mcsdns-base "python3,python3-venv,python-is-python3,passwd" "python"
 
 # The project's own Containerfile on that base; rebuilt when it or the package changes.
