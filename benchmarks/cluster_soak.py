@@ -21,9 +21,10 @@ against the API state at its time, allowing docs/install.md's propagation window
 It reports per phase the queries sent / answered / wrong / lost, every loss window with the event
 before it, mcsdns's RSS and open fds sampled over the run, and restarts nobody caused; JSON to
 --out, text to stdout; per path (udp, tcp: through the stub zone; knot: the secondary) as well, with
-the Knot follower's switches and Knot's transfers from its log. The host's conntrack events for the
-cluster DNS Service (`conntrack -E`) are recorded throughout, so each query lost through the stub
-zone is shown with the flows that began around it and the pod each was sent to.
+how far each path's answers lagged the API (the oldest answer's age, right ones within the window
+included), the Knot follower's switches and Knot's transfers from its log. The host's conntrack
+events for the cluster DNS Service (`conntrack -E`) are recorded throughout, so each query lost
+through the stub zone is shown with the flows that began around it and the pod each was sent to.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from testsupport.cluster import (
 )
 
 from . import provenance
-from .cluster_soak_check import PROPAGATION_WINDOW, Query, Timeline, cause, judge, parse_line, windows
+from .cluster_soak_check import PROPAGATION_WINDOW, Query, Timeline, age, cause, judge, parse_line, windows
 
 REPO = Path(__file__).resolve().parent.parent
 NS = "mcsdns"
@@ -108,8 +109,9 @@ done
 
 
 class Soak:
-    def __init__(self, cl: Cluster, work: Path, minutes: float, pause: float, knot_ip: str | None = None) -> None:
-        self.cl, self.work, self.minutes, self.pause = cl, work, minutes, pause
+    def __init__(self, cl: Cluster, work: Path, minutes: float, pause: float, knot_ip: str | None = None,
+                 command: str = "python -m benchmarks.cluster_soak") -> None:
+        self.cl, self.work, self.minutes, self.pause, self.command = cl, work, minutes, pause, command
         self.paths = {"udp": "", "tcp": "+tcp"} | ({"knot": f"@{knot_ip}"} if knot_ip else {})
         self.api = cl.api()
         self.timeline = Timeline()
@@ -395,7 +397,7 @@ class Soak:
                   for pod, ss in by_pod.items()]
         return {
             "date": provenance.now(), "commit": provenance.commit(), "machine": provenance.machine(),
-            "command": "python -m benchmarks.cluster_soak " + " ".join(sys.argv[1:]),
+            "command": self.command,
             "minutes": self.minutes, "seconds": round(ended - started, 1),
             "propagation_window_s": PROPAGATION_WINDOW, "dig_timeout_s": 3,
             "sent": len(judged), "answered": sum(v != "lost" for _, v in judged),
@@ -410,9 +412,25 @@ class Soak:
             "mcsdns_memory": memory, "restarts_not_caused": self.restarts(),
             "by_path": {path: {"sent": sum(q.proto == path for q, _ in judged),
                                "wrong": sum(q.proto == path and v == "wrong" for q, v in judged),
-                               "lost": sum(q.proto == path and v == "lost" for q, v in judged)} for path in self.paths},
+                               "lost": sum(q.proto == path and v == "lost" for q, v in judged),
+                               **self.lag(path, [q for q, _ in judged if q.proto == path])} for path in self.paths},
             "knot": self.knot_log() if "knot" in self.paths else None,
         }
+
+    def lag(self, path: str, queries: list[Query]) -> dict:
+        """How far a path's answers lagged the API: the oldest answer's age (cluster_soak_check.age: right
+        answers within the propagation window included), when, and the event before it."""
+        aged = [(a, q) for q in queries if (a := age(q, self.timeline)) is not None]
+        if not aged:
+            return {"stale_max_s": None}
+        oldest, q = max(aged, key=lambda aq: aq[0])
+        before = [(t, name) for t, name in self.events if t <= q.sent]
+        return {"stale_max_s": round(oldest, 2),
+                "stale_max_at": dt.datetime.fromtimestamp(q.sent, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3],
+                "stale_max_name": q.key,
+                "stale_max_after_event": before[-1][1] if before else None,
+                "stale_max_seconds_after_event": round(q.sent - before[-1][0], 1) if before else None,
+                "answers_over_2s_stale": sum(a > 2.0 for a, _ in aged)}
 
     def knot_log(self) -> dict:
         """Knot's transfers (knotd's log) and its follower's switches (the `primary` container's)."""
@@ -508,12 +526,29 @@ def text(result: dict) -> str:
     for m in result["mcsdns_memory"]:
         lines.append(f"{m['pod']}: {m['samples']} samples over {m['seconds']} s, RSS {m['rss_mb_first']} -> "
                      f"{m['rss_mb_last']} MB (max {m['rss_mb_max']}), fds {m['fds_first']} -> {m['fds_last']}")
+    for path, p in result["by_path"].items():
+        if p.get("stale_max_s") is not None:
+            lines.append(f"{path}: the oldest answer {p['stale_max_s']} s behind the API ({p['stale_max_name']} at "
+                         f"{p['stale_max_at']}, {p['stale_max_seconds_after_event']} s after "
+                         f"{p['stale_max_after_event']!r}); {p['answers_over_2s_stale']} answers over 2 s old")
     lines.append(f"restarts not caused: {result['restarts_not_caused'] or 'none'}")
     if result["knot"]:
         k = result["knot"]
         lines.append(f"knot: {k['axfr_finished']} AXFR, {k['ixfr_finished']} IXFR, {k['notify_received']} NOTIFY; "
                      f"switches {k['switches']}; errors {k['errors'][:3]}")
     return "\n".join(lines)
+
+
+def shown_command(argv: list[str] | None) -> str:
+    """The command line for the report: paths inside the checkout relative to it, others as <path>
+    (a cluster's or a test's temporary directory says nothing to a reader and names this machine)."""
+    shown = []
+    for arg in sys.argv[1:] if argv is None else argv:
+        if os.path.isabs(arg):
+            path = Path(arg).resolve()
+            arg = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else "<path>"
+        shown.append(arg)
+    return " ".join(["python -m benchmarks.cluster_soak", *shown])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -539,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         knot_ip = deploy(cl, work, args.knot)
         timings["deploy"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
-        soak = Soak(cl, work, args.minutes, args.pause, knot_ip)
+        soak = Soak(cl, work, args.minutes, args.pause, knot_ip, command=shown_command(argv))
         try:
             result = soak.run()
         finally:

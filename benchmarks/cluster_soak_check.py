@@ -94,6 +94,16 @@ class Timeline:
         return None
 
 
+def age(query: Query, timeline: Timeline) -> float | None:
+    """How long before the query was sent its answer had stopped being the API's state: 0 for an answer
+    still current then, None for no answer or one the API never held before the reply. Within the
+    propagation window an answer this old is right; the largest age on a path is how far it lags."""
+    if query.answer is None:
+        return None
+    stale = timeline.stale_by(query.key, query.sent, query.received, query.answer)
+    return None if stale is None else max(0.0, stale)
+
+
 def judge(query: Query, timeline: Timeline) -> str:
     """ok, wrong or lost."""
     if query.answer is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.cluster_soak_check import Timeline, cause, judge, parse_line, windows
+from benchmarks.cluster_soak_check import Timeline, age, cause, judge, parse_line, windows
 
 # Four lines of a real run: an SRV answer, an NXDOMAIN, a refused TCP connection (the kube-dns
 # Service without a ready endpoint) and an A answer over TCP.
@@ -62,3 +62,17 @@ def test_failures_group_into_windows_tied_to_the_event_before_them() -> None:
     events = [(5.0, "mcsdns rollout 1"), (29.0, "kube-apiserver restart")]
     assert cause(found[0], events) == ("mcsdns rollout 1", 6.5)
     assert cause(found[1], events) == ("kube-apiserver restart", 1.0)
+
+
+def test_an_answers_age_is_how_long_its_state_had_been_replaced_when_asked() -> None:
+    """What a path's lag is measured by (Knot's after its mcsdns pod went): 0 while the answer is the
+    API's state, the time since the replacing write returned after that, None without an answer."""
+    timeline = Timeline()
+    timeline.set("web", 0.0, 0.1, ("NOERROR", frozenset({"10.245.0.10"})))
+    timeline.set("web", 100.0, 100.2, ("NOERROR", frozenset({"10.245.0.11"})))
+    assert age(parse_line(at(WEB, 50.0)), timeline) == 0.0
+    assert age(parse_line(at(WEB, 100.1)), timeline) == 0.0  # sent before the write returned
+    assert round(age(parse_line(at(WEB, 103.0)), timeline), 1) == 2.8  # right (within 7 s), 2.8 s old
+    assert round(age(parse_line(at(WEB, 109.0)), timeline), 1) == 8.8  # wrong, and how old
+    assert age(parse_line(at(WEB.replace("10.245.0.10", "10.245.0.99"), 50.0)), timeline) is None
+    assert age(parse_line(at(REFUSED, 50.0)), timeline) is None
