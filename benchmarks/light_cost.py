@@ -227,7 +227,7 @@ def floor_markdown(cells: dict[str, dict[str, Any]], target: float) -> str:
             row.append(f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f}, {cell['pairs']} of "
                        f"{len(cell['mcsdns_cpu_per_100k'])} rounds); {us[0]:.1f} / {us[1]:.1f} us")
         out.append("| " + " | ".join(row) + " |")
-    out.append(f"\nTarget (issue #50): mcsdns <= {target:.2f}x the floor at each light rate.")
+    out.append(f"\nTarget: mcsdns <= {target:.2f}x the floor at each light rate.")
     return "\n".join(out) + "\n"
 
 
