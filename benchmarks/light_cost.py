@@ -188,15 +188,7 @@ def markdown(stored: dict[str, Any]) -> str:
            + f" | latency mean / p99 at {float(first):,.0f} q/s, {ours}; Knot (us) |",
            "|---|" + "---|" * (len(keys) + 1)]
     for mix, per_rate in cells.items():
-        row = [mix]
-        for k in keys:
-            cell = per_rate[k]
-            if "median" not in cell:
-                row.append("no passed pair")
-                continue
-            us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell["knot_cpu_per_100k"])]
-            row.append(f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f}, {cell['pairs']} of "
-                       f"{len(cell['mcsdns_cpu_per_100k'])} rounds); {us[0]:.1f} / {us[1]:.1f} us")
+        row = [mix] + _ratio_cells(per_rate, keys, "knot")
         lc = lat.get(mix, {}).get(first, {})
         row.append(f"{lc.get('mcsdns_mean_us')} / {lc.get('mcsdns_p99_us')}; {lc.get('knot_mean_us')} / {lc.get('knot_p99_us')}")
         out.append("| " + " | ".join(row) + " |")
@@ -209,6 +201,21 @@ def markdown(stored: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _ratio_cells(per_rate: dict[str, Any], keys: list[str], base: str) -> list[str]:
+    """A table row's cells for one mix: per rate, the median ratio over `base` (knot or floor), its range,
+    the rounds counted, and each server's median CPU per query."""
+    row = []
+    for k in keys:
+        cell = per_rate[k]
+        if "median" not in cell:
+            row.append("no passed pair")
+            continue
+        us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell[f"{base}_cpu_per_100k"])]
+        row.append(f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f}, {cell['pairs']} of "
+                   f"{len(cell['mcsdns_cpu_per_100k'])} rounds); {us[0]:.1f} / {us[1]:.1f} us")
+    return row
+
+
 def floor_markdown(cells: dict[str, dict[str, Any]], target: float) -> str:
     """The table of a `--beside-floor` run: per mix and rate, mcsdns's CPU per query over the floor's
     (median of the rounds' ratios, range, rounds counted; then each one's median CPU per query)."""
@@ -217,16 +224,7 @@ def floor_markdown(cells: dict[str, dict[str, Any]], target: float) -> str:
     out = ["| mix | " + " | ".join(f"mcsdns / floor CPU per query, {h}" for h in heads) + " |",
            "|---|" + "---|" * len(keys)]
     for mix, per_rate in cells.items():
-        row = [mix]
-        for k in keys:
-            cell = per_rate[k]
-            if "median" not in cell:
-                row.append("no passed pair")
-                continue
-            us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell["floor_cpu_per_100k"])]
-            row.append(f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f}, {cell['pairs']} of "
-                       f"{len(cell['mcsdns_cpu_per_100k'])} rounds); {us[0]:.1f} / {us[1]:.1f} us")
-        out.append("| " + " | ".join(row) + " |")
+        out.append("| " + " | ".join([mix] + _ratio_cells(per_rate, keys, "floor")) + " |")
     out.append(f"\nTarget: mcsdns <= {target:.2f}x the floor at each light rate.")
     return "\n".join(out) + "\n"
 
