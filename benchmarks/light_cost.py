@@ -122,17 +122,22 @@ def flood_ratio(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, A
     return out
 
 
+def _ratio_text(rate: Any, cell: dict[str, Any], base: str) -> tuple[str, str, str]:
+    """A printed line's parts for one cell: where (rate or saturated), the median ratio over `base` with
+    its range, and both servers' median CPU per query."""
+    where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
+    med = f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell else "no passed pair"
+    us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell[f"{base}_cpu_per_100k"])
+          if None not in v] if cell["pairs"] else []
+    return where, med, f"  ({us[0]:.2f} / {us[1]:.2f} us)" if len(us) == 2 else ""
+
+
 def floor_report(cells: dict[str, dict[str, Any]]) -> list[str]:
     """The printed lines of `--beside-floor`: mcsdns's CPU per query over the floor's, per mix and rate."""
     lines = []
     for mix, per_rate in cells.items():
         for rate, cell in per_rate.items():
-            where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
-            med = (f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell
-                   else "no passed pair")
-            us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell["floor_cpu_per_100k"])
-                  if None not in v] if cell["pairs"] else []
-            per_query = f"  ({us[0]:.2f} / {us[1]:.2f} us)" if len(us) == 2 else ""
+            where, med, per_query = _ratio_text(rate, cell, "floor")
             target = f" (target <= {FLOOR_TARGET}x)" if rate != MAX else ""
             lines.append(f"{mix:18s} {where:>10s}  mcsdns/floor CPU per query: {med}{per_query} over "
                          f"{cell['pairs']} rounds{target}")
@@ -154,12 +159,7 @@ def report(cells: dict[str, dict[str, Any]], lat: dict[str, Any], flood: dict[st
     lines = []
     for mix, per_rate in cells.items():
         for rate, cell in per_rate.items():
-            where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
-            med = (f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell
-                   else "no passed pair")
-            us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell["knot_cpu_per_100k"])
-                  if None not in v] if cell["pairs"] else []
-            per_query = f"  ({us[0]:.2f} / {us[1]:.2f} us)" if len(us) == 2 else ""
+            where, med, per_query = _ratio_text(rate, cell, "knot")
             lat_cell = lat.get(mix, {}).get(rate)
             text = ""
             if lat_cell:
