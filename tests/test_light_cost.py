@@ -180,10 +180,15 @@ def test_beside_the_floor_each_round_s_ratio_is_mcsdns_over_the_floor_of_that_ro
 def test_the_performance_doc_quotes_mcsdns_beside_the_floor_before_and_after() -> None:
     """docs/performance.md's three-way tables (mcsdns, the floor, Knot in every round) are the stored runs'."""
     doc = (ROOT / "docs" / "performance.md").read_text()
+    spans = []
     for path in THREE_WAY:
         stored = json.loads(path.read_text())
         assert stored["beside_floor"] and stored["rounds"] >= 3, path
         assert markdown(stored) in doc, path
+        spans.append([_span({"cells": stored["beside_floor"]}, rate) for rate in ("20000", "5000")])
+    (before20, before5), (after20, after5) = spans
+    claim = f"{after20} at 20,000 q/s, {after5} at 5,000 ({before20} and {before5} before the UDP wakeups"
+    assert claim in " ".join(doc.split()), claim  # the claims row
 
 
 def _span(stored: dict, rate: str) -> str:
