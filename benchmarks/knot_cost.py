@@ -71,8 +71,9 @@ def rated(seconds: float, opts: Options) -> Step:
     return step
 
 
-def summarize(rounds: list[dict[str, dict[str, dict[float, dict[str, Any]]]]]) -> dict[str, dict[str, Any]]:
-    """Per mix and rate: each round's figures and ratio, the median ratio and its range.
+def summarize(rounds: list[dict[str, dict[str, dict[float, dict[str, Any]]]]], base: str = "knot") -> dict[str, dict[str, Any]]:
+    """Per mix and rate: each round's figures and ratio of mcsdns's CPU per query over `base`'s (Knot's,
+    or the floor's), the median ratio and its range.
 
     A round's ratio counts only where both runs passed (the rate held, under 0.1% lost): a run that
     fell behind its rate measured another load, and its CPU per query is not comparable.
@@ -82,13 +83,13 @@ def summarize(rounds: list[dict[str, dict[str, dict[float, dict[str, Any]]]]]) -
         for rate in rounds[0]["mcsdns"][mix]:
             ours, knots, ratios = [], [], []
             for r in rounds:
-                a, k = r["mcsdns"][mix][rate], r["knot"][mix][rate]
+                a, k = r["mcsdns"][mix][rate], r[base][mix][rate]
                 ours.append(a["cpu_per_100k"])
                 knots.append(k["cpu_per_100k"])
                 if a["passed"] and k["passed"] and a["cpu_per_100k"] and k["cpu_per_100k"]:
                     ratios.append(a["cpu_per_100k"] / k["cpu_per_100k"])
             cell: dict[str, Any] = {
-                "mcsdns_cpu_per_100k": [_round(v) for v in ours], "knot_cpu_per_100k": [_round(v) for v in knots],
+                "mcsdns_cpu_per_100k": [_round(v) for v in ours], f"{base}_cpu_per_100k": [_round(v) for v in knots],
                 "ratios": [round(v, 3) for v in ratios], "pairs": len(ratios),
             }
             if ratios:
@@ -127,11 +128,12 @@ Measure = Callable[[Server, str, dict[str, Path]], dict[str, dict[Any, dict[str,
 
 
 def alternate(imports: int, mixes: tuple[str, ...], rounds: int, opts: Options, measure: Measure,
-              ours: str = "mcsdns") -> list[dict[str, Any]]:
+              ours: str = "mcsdns", floor: bool = False) -> list[dict[str, Any]]:
     """The suite's data set and the mixes' query files written once, then `rounds` rounds of `measure`
     (server, probe name, {mix: query file}) on mcsdns (from manifests) and Knot, the first alternating:
     [{"mcsdns": figures, "knot": figures}] per round. `ours="floor"` measures benchmarks/floor.py (mcsdns's
-    resolver in the barest Python loop) in mcsdns's place, under the same key."""
+    resolver in the barest Python loop) in mcsdns's place, under the same key; `floor=True` measures it
+    as a third server (key "floor"), the order rotating per round so each goes first in turn."""
     spec = dataset.Spec(imports=imports, headless=(10, 100))
     work = Path(tempfile.mkdtemp(prefix="mcsdns-knot-cost-"))
     out = []
@@ -143,11 +145,14 @@ def alternate(imports: int, mixes: tuple[str, ...], rounds: int, opts: Options, 
         qfiles = {mix: queries.write(mix, spec, qdir) for mix in mixes}
         probe = queries.probe_name(spec)
         with own_cpu(opts.load_cpu):
+            labels = ("mcsdns", "floor", "knot") if floor else ("mcsdns", "knot")
             for i in range(rounds):
-                order = ("mcsdns", "knot") if i % 2 == 0 else ("knot", "mcsdns")
+                shift = i % len(labels)
+                order = labels[shift:] + labels[:shift]
                 this: dict[str, Any] = {}
                 for label in order:
                     server: Server = (OURS[ours](label, work, opts.server_cpu, manifests=manifests) if label == "mcsdns"
+                                      else Floor(label, work, opts.server_cpu, manifests=manifests) if label == "floor"
                                       else Knot(label, work, opts.server_cpu, zonefile=zone))
                     this[label] = measure(server, probe, qfiles)
                 out.append(this)

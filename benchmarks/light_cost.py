@@ -40,6 +40,7 @@ MIXES = ("clusterset_a", "nxdomain", "headless100_a", "clusterset_a_case", "nxdo
 RATES = (20000.0, 5000.0)
 MAX = "max"  # the saturated run's key beside the rates
 TARGET = 1.15  # issue #34: CPU per query <= 1.15x Knot's on every mix, at each rate and at the maximum
+FLOOR_TARGET = 1.10  # issue #50: CPU per query <= 1.10x the floor's (benchmarks/floor.py) at each light rate
 FLOOD_TARGET = 1.3  # issue #34: the random-subdomain flood <= 1.3x a cached NXDOMAIN's CPU per query
 QUIET_WAIT = 5.0  # seconds to wait for an idle server core before a run (the suite's 30 s is for a quiet machine)
 
@@ -106,7 +107,7 @@ def flood_ratio(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, A
     if flood not in rounds[0]["mcsdns"] or nx not in rounds[0]["mcsdns"]:
         return {}
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for label in ("mcsdns", "knot"):
+    for label in [k for k in ("mcsdns", "floor", "knot") if k in rounds[0]]:
         for rate in rounds[0][label][flood]:
             ratios = []
             for r in rounds:
@@ -119,6 +120,28 @@ def flood_ratio(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, A
                             high=round(max(ratios), 3))
             out.setdefault(label, {})[_key(rate)] = cell
     return out
+
+
+def _ratio_text(rate: Any, cell: dict[str, Any], base: str) -> tuple[str, str, str]:
+    """A printed line's parts for one cell: where (rate or saturated), the median ratio over `base` with
+    its range, and both servers' median CPU per query."""
+    where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
+    med = f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell else "no passed pair"
+    us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell[f"{base}_cpu_per_100k"])
+          if None not in v] if cell["pairs"] else []
+    return where, med, f"  ({us[0]:.2f} / {us[1]:.2f} us)" if len(us) == 2 else ""
+
+
+def floor_report(cells: dict[str, dict[str, Any]]) -> list[str]:
+    """The printed lines of `--beside-floor`: mcsdns's CPU per query over the floor's, per mix and rate."""
+    lines = []
+    for mix, per_rate in cells.items():
+        for rate, cell in per_rate.items():
+            where, med, per_query = _ratio_text(rate, cell, "floor")
+            target = f" (target <= {FLOOR_TARGET}x)" if rate != MAX else ""
+            lines.append(f"{mix:18s} {where:>10s}  mcsdns/floor CPU per query: {med}{per_query} over "
+                         f"{cell['pairs']} rounds{target}")
+    return lines
 
 
 def _shown(label: str, ours: str) -> str:
@@ -136,12 +159,7 @@ def report(cells: dict[str, dict[str, Any]], lat: dict[str, Any], flood: dict[st
     lines = []
     for mix, per_rate in cells.items():
         for rate, cell in per_rate.items():
-            where = "saturated" if rate == MAX else f"{float(rate):.0f} q/s"
-            med = (f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f})" if "median" in cell
-                   else "no passed pair")
-            us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell["knot_cpu_per_100k"])
-                  if None not in v] if cell["pairs"] else []
-            per_query = f"  ({us[0]:.2f} / {us[1]:.2f} us)" if len(us) == 2 else ""
+            where, med, per_query = _ratio_text(rate, cell, "knot")
             lat_cell = lat.get(mix, {}).get(rate)
             text = ""
             if lat_cell:
@@ -170,15 +188,7 @@ def markdown(stored: dict[str, Any]) -> str:
            + f" | latency mean / p99 at {float(first):,.0f} q/s, {ours}; Knot (us) |",
            "|---|" + "---|" * (len(keys) + 1)]
     for mix, per_rate in cells.items():
-        row = [mix]
-        for k in keys:
-            cell = per_rate[k]
-            if "median" not in cell:
-                row.append("no passed pair")
-                continue
-            us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell["knot_cpu_per_100k"])]
-            row.append(f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f}, {cell['pairs']} of "
-                       f"{len(cell['mcsdns_cpu_per_100k'])} rounds); {us[0]:.1f} / {us[1]:.1f} us")
+        row = [mix] + _ratio_cells(per_rate, keys, "knot")
         lc = lat.get(mix, {}).get(first, {})
         row.append(f"{lc.get('mcsdns_mean_us')} / {lc.get('mcsdns_p99_us')}; {lc.get('knot_mean_us')} / {lc.get('knot_p99_us')}")
         out.append("| " + " | ".join(row) + " |")
@@ -186,6 +196,36 @@ def markdown(stored: dict[str, Any]) -> str:
         parts = [f"{'saturated' if k == MAX else f'{float(k):,.0f} q/s'} {c['median']:.2f}x ({c['low']:.2f}-{c['high']:.2f})"
                  for k, c in per_rate.items() if "median" in c]
         out.append(f"\n{_shown(label, ours)}: random-subdomain flood / cached NXDOMAIN, CPU per query: " + ", ".join(parts) + ".")
+    if stored.get("beside_floor"):
+        out.append("\n" + floor_markdown(stored["beside_floor"], stored.get("floor_target", FLOOR_TARGET)).rstrip("\n"))
+    return "\n".join(out) + "\n"
+
+
+def _ratio_cells(per_rate: dict[str, Any], keys: list[str], base: str) -> list[str]:
+    """A table row's cells for one mix: per rate, the median ratio over `base` (knot or floor), its range,
+    the rounds counted, and each server's median CPU per query."""
+    row = []
+    for k in keys:
+        cell = per_rate[k]
+        if "median" not in cell:
+            row.append("no passed pair")
+            continue
+        us = [statistics.median(v) * 10 for v in (cell["mcsdns_cpu_per_100k"], cell[f"{base}_cpu_per_100k"])]
+        row.append(f"{cell['median']:.2f}x ({cell['low']:.2f}-{cell['high']:.2f}, {cell['pairs']} of "
+                   f"{len(cell['mcsdns_cpu_per_100k'])} rounds); {us[0]:.1f} / {us[1]:.1f} us")
+    return row
+
+
+def floor_markdown(cells: dict[str, dict[str, Any]], target: float) -> str:
+    """The table of a `--beside-floor` run: per mix and rate, mcsdns's CPU per query over the floor's
+    (median of the rounds' ratios, range, rounds counted; then each one's median CPU per query)."""
+    keys = list(next(iter(cells.values())))
+    heads = [("saturated" if k == MAX else f"{float(k):,.0f} q/s") for k in keys]
+    out = ["| mix | " + " | ".join(f"mcsdns / floor CPU per query, {h}" for h in heads) + " |",
+           "|---|" + "---|" * len(keys)]
+    for mix, per_rate in cells.items():
+        out.append("| " + " | ".join([mix] + _ratio_cells(per_rate, keys, "floor")) + " |")
+    out.append(f"\nTarget: mcsdns <= {target:.2f}x the floor at each light rate.")
     return "\n".join(out) + "\n"
 
 
@@ -196,8 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ours", choices=sorted(OURS), default="mcsdns",
                         help="what runs against Knot: mcsdns, or floor (benchmarks/floor.py: mcsdns's resolver in the "
                              "barest Python loop, the pure-Python floor)")
+    parser.add_argument("--beside-floor", action="store_true",
+                        help="also measure benchmarks/floor.py in every round, and mcsdns's CPU per query over its")
     flags.add_markdown(parser, "docs/performance.md")
     args = parser.parse_args(argv)
+    if args.beside_floor and args.ours == "floor":
+        parser.error("--beside-floor measures the floor beside mcsdns: not with --ours floor")
     if args.markdown is not None:
         return flags.print_markdown(parser, args.markdown, markdown)
     if (missing := missing_tools("light_cost")) is not None:
@@ -208,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rounds = alternate(args.imports, args.mixes, args.rounds, opts,
                            lambda server, probe, qfiles: measure_server(server, probe, qfiles, keys, opts,
-                                                                        stepper(args.seconds, opts)), args.ours)
+                                                                        stepper(args.seconds, opts)), args.ours,
+                           floor=args.beside_floor)
     except NoAnswer as e:
         print(f"light_cost: FAILED: {e}", file=sys.stderr)
         return 1
@@ -216,12 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     lat = latency(rounds)
     flood = flood_ratio(rounds)
     print("\n".join(report(cells, lat, flood, args.ours)))
+    floor_cells = summarize(rounds, "floor") if args.beside_floor else None
+    if floor_cells is not None:
+        print("\n".join(floor_report(floor_cells)))
     if args.out is not None:
         command = "python -m benchmarks.light_cost " + " ".join(argv if argv is not None else sys.argv[1:])
         args.out.write_text(json.dumps({
             "command": command.strip(), "ours": args.ours, "date": started, "commit": provenance.commit(),
             "machine": provenance.machine(), "rounds": args.rounds, "seconds": args.seconds,
             "target": TARGET, "flood_target": FLOOD_TARGET, "cells": cells, "latency": lat, "flood": flood,
+            **({"floor_target": FLOOR_TARGET, "beside_floor": floor_cells} if floor_cells is not None else {}),
         }, indent=2) + "\n")
     return 0
 

@@ -75,6 +75,7 @@ class App:
             self.resolver,
             forward=self.forwarder.forward if self.forwarder is not None else None,
             observe=chain(self.metrics.observe, QueryLog().observe) if config.log_queries else self.metrics.observe,
+            observe_batch=None if config.log_queries else self.metrics.observe_batch,  # (the query log: a line per query)
             tcp_limits=TcpLimits(config.max_tcp_connections, config.tcp_idle_timeout, config.tcp_max_queries,
                                  config.tcp_first_query_timeout, config.max_tcp_connections_per_source).fitted(
                                      asked=config.max_tcp_connections != Config.max_tcp_connections),

@@ -109,6 +109,11 @@ DO = RESPONSES + (BADVERS + 1) * len(PLUGINS)  # requests with the DO bit (BADVE
 SCRATCH = DO + 1  # read by nothing: where a precomputed tally counts "no DO bit" (see `Metrics.observe`)
 N_COUNTS = SCRATCH + 1
 SUM_REQ, SUM_RESP, SUM_DURATION = 0, 1, 2
+# A tally (`Query.tally`, see `Metrics.observe`): [listener, Metrics, request size, reply size, the series'
+# counts, its sums, five slots of `counts`, hits not yet added to them]. A hit bumps only the last.
+T_SLOTS = slice(6, 11)
+T_HITS = 11
+FOLD_AT = 4096  # tallies with hits waiting before `fold` runs without a scrape (bounds what they keep alive)
 
 
 def _size_slots(offset: int) -> bytes:
@@ -261,6 +266,7 @@ class Metrics(Collector):
         self._single_zone: str | None = None
         # listener -> zone label -> series; listeners hash by identity, so no key tuples per query.
         self._series: dict[Any, dict[str, _Series]] = {}
+        self._tallies: list[list] = []  # tallies with hits not yet in their series (see `fold`)
         self.dropped = 0
         self.rejects: dict[str, int] = defaultdict(int)  # objects rejected, by reason
         # Forwarding (plugin/forward and plugin/pkg/proxy).
@@ -348,26 +354,87 @@ class Metrics(Collector):
 
         A query object the resolver returns again (`q.tally`, wire.REUSED: with every cache hit, or
         with every missing name of one shape) always comes with the same reply (rcode, size) and the
-        same type, EDNS and zone: its slots are computed at its first count here and
-        kept on it, so a cache hit costs five list bumps and the clock. They are checked against
-        the listener, this Metrics and both sizes, so a tally only ever counts what the full path would.
+        same type, EDNS and zone: its slots are computed at its first count here and kept on it
+        (a tally), so a cache hit adds one to the tally's hits, which `fold` adds to the five slots
+        before anything reads them. A tally is checked against the listener, this Metrics and both
+        sizes, so it only ever counts what the full path would.
         """
         tally = q.tally if q is not None else None
-        if tally is not None and tally is not REUSED:
-            if tally[0] is where and tally[1] is self and tally[2] == len(data) and reply is not None and tally[3] == len(reply):
-                _, _, size, rsize, counts, sums, a, b, c, d, e = tally
-                counts[a] += 1
-                counts[b] += 1
-                counts[c] += 1
-                counts[d] += 1
-                counts[e] += 1
-                sums[0] += size
-                sums[1] += rsize
-                if started:
-                    elapsed = _now() - started
-                    counts[DURATION + _bisect(DURATION_BUCKETS, elapsed)] += 1
-                    sums[2] += elapsed
-                return
+        if tally.__class__ is list and tally[0] is where and tally[1] is self and tally[2] == len(data) and (
+                reply is not None and tally[3] == len(reply)):
+            hits = tally[T_HITS]
+            tally[T_HITS] = hits + 1
+            if not hits:
+                self._waiting(tally)
+            if started:
+                elapsed = _now() - started
+                tally[4][DURATION + _bisect(DURATION_BUCKETS, elapsed)] += 1
+                tally[5][2] += elapsed
+            return
+        self._count(where, client, data, q, reply, _now() - started if started else None, forwarded)
+
+    def observe_batch(self, where: Any, clients: Sequence[Any], datas: Sequence[bytes | None],
+                      queries: Sequence[Query | None], replies: Sequence[bytes | None], n: int, started: float) -> None:
+        """Count packets 0..n-1 of one batch read together (UDP), as `observe` counts each one, after their
+        replies went out: every one's duration is the batch's, from `started` (when it was read) to now. A
+        packet whose data is None is not counted here (it was forwarded: counted when its reply comes).
+        One call per batch, and per cached answer one bump of its tally's hits."""
+        elapsed = _now() - started
+        bucket = DURATION + _bisect(DURATION_BUCKETS, elapsed)
+        counts: list[int] | None = None  # the series the last run of tallied packets counts its durations in
+        sums: list[float] = []
+        same = 0
+        for i in range(n):
+            q = queries[i]
+            reply = replies[i]
+            tally = q.tally if q is not None else None
+            if tally.__class__ is list and tally[0] is where and tally[1] is self and (
+                    tally[2] == len(datas[i]) and reply is not None and tally[3] == len(reply)):  # type: ignore[arg-type]
+                hits = tally[T_HITS]
+                tally[T_HITS] = hits + 1
+                if not hits:
+                    self._waiting(tally)
+                if tally[4] is counts:
+                    same += 1
+                    continue
+                if same:
+                    counts[bucket] += same  # type: ignore[index]
+                    sums[2] += elapsed * same
+                counts, sums, same = tally[4], tally[5], 1
+            else:
+                data = datas[i]
+                if data is not None:
+                    self._count(where, clients[i], data, q, reply, elapsed, False)
+        if same:
+            counts[bucket] += same  # type: ignore[index]
+            sums[2] += elapsed * same
+
+    def _waiting(self, tally: list) -> None:
+        """A tally's first hit since the last fold: remembered for `fold` (which runs now if too many wait)."""
+        waiting = self._tallies
+        waiting.append(tally)
+        if len(waiting) >= FOLD_AT:
+            self.fold()
+
+    def fold(self) -> None:
+        """Add every tally's waiting hits to its series' slots and sums (before anything reads them)."""
+        waiting = self._tallies
+        for tally in waiting:
+            hits = tally[T_HITS]
+            if hits:
+                tally[T_HITS] = 0
+                counts = tally[4]
+                for slot in tally[T_SLOTS]:
+                    counts[slot] += hits
+                sums = tally[5]
+                sums[0] += tally[2] * hits
+                sums[1] += tally[3] * hits
+        waiting.clear()
+
+    def _count(self, where: Any, client: Any, data: bytes, q: Query | None, reply: bytes | None,
+               elapsed: float | None, forwarded: bool) -> None:
+        """`observe`'s full path: one packet counted slot by slot (`elapsed` None: not timed); a reused
+        query object gets its tally here."""
         if reply is None and q is None:
             self.dropped += 1
             errors.log("dropped", logging.WARNING, "dropped an unreadable packet from %s (%d bytes)", client_text(client), len(data))
@@ -397,8 +464,7 @@ class Metrics(Collector):
         size = len(data)
         counts[REQ_SLOT[size] if size < 65536 else RESP_SIZE - 1] += 1  # (DNS messages never exceed 65535)
         sums[0] += size
-        if started:
-            elapsed = _now() - started
+        if elapsed is not None:
             counts[DURATION + _bisect(DURATION_BUCKETS, elapsed)] += 1
             sums[2] += elapsed
         if reply is None:
@@ -413,9 +479,9 @@ class Metrics(Collector):
         sums[1] += rsize
         if code == 1 and not forwarded:
             errors.log("malformed", logging.WARNING, "malformed query from %s (%d bytes): FORMERR", client_text(client), len(data))
-        elif tally is not None and not forwarded and size < 65536 and rsize < 65536:
-            q.tally = (where, self, size, rsize, counts, sums, TYPE_SLOT[q.qtype], DO if q.do else SCRATCH,  # type: ignore[union-attr]
-                       REQ_SLOT[size], RESPONSES + code * 3 + plugin, RESP_SLOT[rsize])
+        elif q is not None and q.tally is not None and not forwarded and size < 65536 and rsize < 65536:
+            q.tally = [where, self, size, rsize, counts, sums, TYPE_SLOT[q.qtype], DO if q.do else SCRATCH,  # type: ignore[union-attr]
+                       REQ_SLOT[size], RESPONSES + code * 3 + plugin, RESP_SLOT[rsize], 0]
 
     def _zone(self, q: Query | None) -> str:
         """The served zone containing the question as the table matches it, else `.`."""
@@ -499,6 +565,7 @@ class Metrics(Collector):
 
     def _merged(self) -> dict[tuple[str, str, str, str], _Series]:
         """(server, zone, proto, family) -> series summed over listeners (a copy: the loop keeps counting)."""
+        self.fold()
         out: dict[tuple[str, str, str, str], _Series] = {}
         for where, by_zone in list(self._series.items()):
             for zone, s in list(by_zone.items()):

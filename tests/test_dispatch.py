@@ -170,3 +170,69 @@ def test_a_reader_replaced_in_place_is_the_new_one() -> None:
 
     with asyncio.Runner(loop_factory=selector.new_loop) as runner:
         assert runner.run(scenario()) == ["second:q"]
+
+
+def test_a_busy_reader_keeps_the_loop_s_timers_and_callbacks_on_time() -> None:
+    """While datagrams keep a direct reader busy, the selector serves them without returning to the loop
+    (far fewer `select` returns than reader calls), yet the loop's timers fire on time and a callback the
+    reader schedules runs at once: `select` returns when the loop has something due."""
+    import threading
+
+    async def scenario() -> tuple[int, int, list[float], list[float]]:
+        loop = asyncio.get_running_loop()
+        sel = loop._selector  # type: ignore[attr-defined]
+        returns = {"n": 0}
+        plain_select = sel.select
+
+        def counted(timeout: float | None = None) -> list:
+            returns["n"] += 1
+            return plain_select(timeout)
+
+        sel.select = counted
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.setblocking(False)
+        reads = {"n": 0}
+        callback_delays: list[float] = []
+
+        def reader() -> None:
+            while True:
+                try:
+                    a.recv(16)
+                except BlockingIOError:
+                    return
+                reads["n"] += 1
+                if reads["n"] % 50 == 0:
+                    scheduled = time.monotonic()
+                    loop.call_soon(lambda: callback_delays.append(time.monotonic() - scheduled))
+
+        stop = threading.Event()
+
+        def send() -> None:
+            while not stop.is_set():
+                b.send(b"q")
+                time.sleep(0.001)
+
+        selector.add_reader(loop, a.fileno(), reader)
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        lateness: list[float] = []
+        try:
+            for _ in range(10):
+                due = time.monotonic() + 0.05
+                await asyncio.sleep(0.05)
+                lateness.append(time.monotonic() - due)
+        finally:
+            stop.set()
+            sender.join()
+            selector.remove_reader(loop, a.fileno())
+            sel.select = plain_select
+            a.close()
+            b.close()
+        return reads["n"], returns["n"], lateness, callback_delays
+
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        reads, returns, lateness, delays = runner.run(scenario())
+    assert reads >= 200, reads  # about one datagram per millisecond for half a second
+    assert returns < reads / 2, (returns, reads)  # the selector stayed in its own loop between datagrams
+    assert max(lateness) < 0.03, lateness  # every timer on time (epoll's millisecond, plus scheduling)
+    assert len(delays) >= 4 and max(delays) < 0.01, delays  # the reader's callbacks ran at once

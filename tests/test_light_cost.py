@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "benchmarks" / "results" / "light_cost.json"
 FLOOR = ROOT / "benchmarks" / "results" / "light_cost-floor.json"  # --ours floor
 BESIDE = ROOT / "benchmarks" / "results" / "light_cost-beside-floor.json"  # mcsdns in the same hour
+THREE_WAY = [ROOT / "benchmarks" / "results" / f"light_cost-three-way{s}.json" for s in ("-before", "")]  # --beside-floor
 
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -34,7 +35,7 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def test_a_short_run_measures_both_servers_at_a_rate_and_saturated(tmp_path: Path, benchmark_tools: None) -> None:
     out = tmp_path / "light_cost.json"
     proc = _run("--rounds", "1", "--rates", "2000", "--mixes", "nxdomain,random_subdomain", "--seconds", "1",
-                "--quiet-wait", "0", "--out", str(out), timeout=300)
+                "--quiet-wait", "0", "--beside-floor", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(out.read_text())
     for mix in ("nxdomain", "random_subdomain"):
@@ -46,8 +47,12 @@ def test_a_short_run_measures_both_servers_at_a_rate_and_saturated(tmp_path: Pat
         for label in ("mcsdns", "knot"):
             assert 0 < lat[f"{label}_mean_us"] <= lat[f"{label}_p99_us"]  # every answer took some time
     assert got["cells"]["nxdomain"][MAX]["pairs"] == 1  # a saturated run always counts
-    assert set(got["flood"]) == {"mcsdns", "knot"} and got["flood"]["mcsdns"][MAX]["pairs"] == 1
+    assert set(got["flood"]) == {"mcsdns", "floor", "knot"} and got["flood"]["mcsdns"][MAX]["pairs"] == 1
     assert "flood / cached NXDOMAIN" in proc.stdout and "saturated" in proc.stdout
+    for mix in ("nxdomain", "random_subdomain"):  # --beside-floor: the floor measured in the same round
+        cell = got["beside_floor"][mix]["2000"]
+        assert all(v is not None and v > 0 for v in cell["mcsdns_cpu_per_100k"] + cell["floor_cpu_per_100k"])
+    assert "mcsdns/floor CPU per query" in proc.stdout
 
 
 def _fig(cpu: float, passed: bool = True, mean: float | None = 50.0, p99: float | None = 90.0) -> dict:
@@ -153,6 +158,37 @@ def test_the_performance_doc_quotes_the_floor_and_the_mcsdns_run_beside_it() -> 
     assert floor["ours"] == "floor" and beside.get("ours", "mcsdns") == "mcsdns"
     assert floor["rounds"] >= 3 and set(floor["cells"]) == set(beside["cells"])
     assert markdown(floor) in doc and markdown(beside) in doc
+
+
+def test_beside_the_floor_each_round_s_ratio_is_mcsdns_over_the_floor_of_that_round() -> None:
+    """--beside-floor: per mix and rate, the median over rounds of mcsdns's CPU per query over the floor's
+    in the same round; a round where either run fell behind its rate does not count."""
+    from benchmarks.light_cost import floor_markdown, floor_report
+
+    rounds = []
+    for ours, floor, passed in ((30.0, 20.0, True), (33.0, 22.0, True), (40.0, 20.0, False)):
+        rounds.append({"mcsdns": {"nxdomain": {20000.0: _fig(ours)}},
+                       "floor": {"nxdomain": {20000.0: _fig(floor, passed)}},
+                       "knot": {"nxdomain": {20000.0: _fig(10.0)}}})
+    cell = summarize(rounds, "floor")["nxdomain"]["20000"]
+    assert cell["pairs"] == 2 and cell["median"] == 1.5 and cell["floor_cpu_per_100k"] == [20.0, 22.0, 20.0]
+    line = floor_report({"nxdomain": {"20000": cell}})[0]
+    assert "mcsdns/floor CPU per query: 1.50x (1.50-1.50)" in line and "target <= 1.1x" in line
+    assert "| nxdomain | 1.50x (1.50-1.50, 2 of 3 rounds); 330.0 / 200.0 us |" in floor_markdown({"nxdomain": {"20000": cell}}, 1.1)
+
+
+def test_the_performance_doc_quotes_mcsdns_beside_the_floor_before_and_after() -> None:
+    """docs/performance.md's three-way tables (mcsdns, the floor, Knot in every round) are the stored runs'."""
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    spans = []
+    for path in THREE_WAY:
+        stored = json.loads(path.read_text())
+        assert stored["beside_floor"] and stored["rounds"] >= 3, path
+        assert markdown(stored) in doc, path
+        spans.append([_span({"cells": stored["beside_floor"]}, rate) for rate in ("20000", "5000")])
+    (before20, before5), (after20, after5) = spans
+    claim = f"{after20} at 20,000 q/s, {after5} at 5,000 ({before20} and {before5} before the UDP wakeups"
+    assert claim in " ".join(doc.split()), claim  # the claims row
 
 
 def _span(stored: dict, rate: str) -> str:

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testsupport.mcsdnsserver import ROOT, McsdnsServer
 from upstreams import ForwardingServer, Knot
 
-from mcsdns.metrics import DURATION_BUCKETS, PROGRAMMING_BUCKETS, SCRATCH, SIZE_BUCKETS, Metrics, Views
+from mcsdns.metrics import DURATION, DURATION_BUCKETS, FOLD_AT, PROGRAMMING_BUCKETS, SCRATCH, SIZE_BUCKETS, Metrics, Views
 from mcsdns.store import Store
 from mcsdns.zone.table import Table, TableConfig
 from mcsdns.serve.transport import Listener
@@ -267,6 +267,7 @@ def test_missing_names_of_one_shape_count_under_their_own_zone():
                 assert dns.message.from_wire(reply).rcode() == dns.rcode.NXDOMAIN
                 tallied.observe(where, None, wire, q, reply, 0.0, False)
                 full.observe(where, None, wire, parse_query(wire), reply, 0.0, False)
+    tallied.fold()  # (the hits cache hits left on their tallies, as a scrape adds them)
     got, want = tallied._series[where], full._series[where]
     assert set(want) == {"clusterset.local.", "clusterset.other."}
     assert got.keys() == want.keys()
@@ -344,13 +345,78 @@ def test_cache_hits_count_exactly_as_their_first_reply():
         for _ in range(3):
             for wire in wires:
                 reply, q = resolver.resolve(wire, False)
-                hits += type(q.tally) is tuple and q.tally[0] is where  # counted by the precomputed slots
+                hits += type(q.tally) is list and q.tally[0] is where  # counted by the precomputed slots
                 tallied.observe(where, None, wire, q, reply, 0.0, False)
                 full.observe(where, None, wire, dataclasses.replace(q, tally=None), reply, 0.0, False)
     assert hits >= 2 * len(wires) * len(listeners)  # every round after a listener's first
+    tallied.fold()  # (the hits cache hits left on their tallies, as a scrape adds them)
     for where in listeners:
         got, want = tallied._series[where], full._series[where]
         assert got.keys() == want.keys()
         for zone in want:
             assert got[zone].counts[:SCRATCH] == want[zone].counts[:SCRATCH]  # (the scratch slot: read by nothing)
             assert got[zone].sums == want[zone].sums
+
+
+def test_a_batch_observed_at_once_counts_what_each_packet_counts():
+    """`observe_batch` (the batched UDP path's one call per batch) counts every packet as `observe` counts
+    it alone: cache hits by their tallies' hits, the rest slot by slot, unreadable packets as dropped, a
+    forwarded one (data None) not at all; each packet gets one duration, the batch's."""
+    import dataclasses
+
+    from testsupport.inprocess import build_resolver
+
+    resolver = build_resolver(manifests=[ROOT / "tests" / "fixtures" / "contract.yaml"], zones=("clusterset.local",),
+                              synced=True)
+    wires = [_query("svc1.testns.svc." + Z), _query("SVC1.TestNS.svc." + Z), _query("gone.testns.svc." + Z),
+             _query("_http._tcp.svc1.testns.svc." + Z, "SRV", want_dnssec=True), b"\x00\x01junk",
+             *(_query(f"{c}.svc1.testns.svc." + Z, use_edns=0) for c in "yzY")]
+    where = Listener("dns://127.0.0.1:53", "udp", 1)
+    batched, alone = (Metrics(CollectorRegistry(), Views(resolver.table, lambda: {}, lambda: [])) for _ in range(2))
+    clients = [("127.0.0.1", 5353)] * (len(wires) + 1)
+    for _ in range(4):
+        datas, queries, replies = [], [], []
+        for wire in wires:
+            reply, q = resolver.resolve(wire, False)
+            datas.append(wire)
+            queries.append(q)
+            replies.append(reply)
+            alone.observe(where, clients[0], wire, None if q is None else dataclasses.replace(q, tally=None), reply,
+                          time.perf_counter(), False)
+        datas.append(None)  # a forwarded datagram: observed when its reply comes, not here
+        queries.append(None)
+        replies.append(None)
+        batched.observe_batch(where, clients, datas, queries, replies, len(datas), time.perf_counter())
+    assert sum(type(q.tally) is list for q in queries if q is not None) >= 4  # the cached ones went by their tallies
+    batched.fold()
+    alone.fold()
+    got, want = batched._series[where], alone._series[where]
+    assert got.keys() == want.keys()
+    for zone in want:
+        ends = DURATION, DURATION + len(DURATION_BUCKETS) + 1
+        assert got[zone].counts[: ends[0]] == want[zone].counts[: ends[0]]
+        assert got[zone].counts[ends[1] : SCRATCH] == want[zone].counts[ends[1] : SCRATCH]
+        assert sum(got[zone].counts[ends[0] : ends[1]]) == sum(want[zone].counts[ends[0] : ends[1]])
+        assert got[zone].sums[:2] == want[zone].sums[:2]
+    assert batched.dropped == alone.dropped == 4  # the junk packet, each round
+
+
+def test_hits_waiting_on_tallies_are_bounded_without_a_scrape():
+    """Nobody may ever scrape: the tallies with hits waiting (each keeps its query object alive) are added
+    to their series once FOLD_AT of them wait, so they cannot pile up over the process's life."""
+    from testsupport.inprocess import build_resolver
+
+    resolver = build_resolver(manifests=[ROOT / "tests" / "fixtures" / "contract.yaml"], zones=("clusterset.local",),
+                              synced=True)
+    where = Listener("dns://127.0.0.1:53", "udp", 1)
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, Views(resolver.table, lambda: {}, lambda: []))
+    for i in range(FOLD_AT + 10):
+        wire = _query(f"n{i}.nope.svc." + Z)
+        for _ in range(3):  # a name asked again becomes a cache hit with its own tally
+            reply, q = resolver.resolve(wire, False)
+            metrics.observe(where, None, wire, q, reply, 0.0, False)
+    assert len(metrics._tallies) < FOLD_AT
+    labels = {"server": "dns://127.0.0.1:53", "zone": Z, "view": ""}
+    assert registry.get_sample_value("coredns_dns_responses_total",
+                                     {**labels, "rcode": "NXDOMAIN", "plugin": "kubernetes"}) == 3 * (FOLD_AT + 10)

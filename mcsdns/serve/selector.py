@@ -19,49 +19,85 @@ import asyncio
 import math
 import select
 import selectors
+import time
 from typing import Any, Callable
 
 # Linux only (epoll); elsewhere `new_loop` is asyncio's default loop.
 _BASE: type[selectors.BaseSelector] = getattr(selectors, "EpollSelector", selectors.DefaultSelector)
 _EPOLLIN = getattr(select, "EPOLLIN", 0x001)
 _EPOLLOUT = getattr(select, "EPOLLOUT", 0x004)
+_monotonic = time.monotonic  # asyncio's clock: the loop's timeout is measured on it
 
 
 class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
-    """The epoll selector, plus readers it calls itself (`direct`)."""
+    """The epoll selector, plus readers it calls itself (`direct`).
+
+    While only direct readers have work, `select` stays in its own loop (epoll_wait, the readers,
+    epoll_wait again) until the loop's timeout is over, another descriptor is ready, or a reader
+    left the loop something to run (a callback on `_ready`, a new timer): the wakeups of a UDP
+    listener at light load then cost an epoll_wait and the reader, not a turn of the event loop
+    (`_run_once`'s timer and ready-queue bookkeeping), and the loop still runs everything else
+    when it would have.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.direct: dict[int, tuple[asyncio.AbstractEventLoop, Callable[..., Any], tuple]] = {}
+        # The loop's ready queue and timer heap (asyncio's own, read-only here), known once a direct
+        # reader is added: what `select` checks before waiting again. None: it never waits again.
+        self._queues: tuple[Any, list] | None = None
+
+    def watch_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Let `select` wait again while `loop` has nothing to run (where the loop keeps the queues
+        as CPython's asyncio does; otherwise `select` returns after every wakeup, as the stock one)."""
+        ready, scheduled = getattr(loop, "_ready", None), getattr(loop, "_scheduled", None)
+        if isinstance(scheduled, list) and hasattr(ready, "__len__"):
+            self._queues = (ready, scheduled)
 
     def select(self, timeout: float | None = None) -> list:
-        """epoll_wait, then each direct reader's callback for its descriptor; the other events, as the
-        stock EpollSelector.select returns them (same timeout rounding, same EINTR handling)."""
+        """epoll_wait, then each direct reader's callback for its descriptor, again while nothing else
+        is due (see the class); the other events, as the stock EpollSelector.select returns them (same
+        timeout rounding, same EINTR handling)."""
         direct = self.direct
         if not direct:
             return super().select(timeout)
         if timeout is None:
-            timeout = -1
+            wait = -1.0
+            deadline = None
         elif timeout <= 0:
-            timeout = 0
+            wait = 0.0
+            deadline = 0.0  # one look, no waiting
         else:
-            timeout = math.ceil(timeout * 1e3) * 1e-3  # epoll's millisecond resolution, rounded up
-        ready: list = []
-        try:
-            events = self._selector.poll(timeout, max(len(self._fd_to_key), 1))
-        except InterruptedError:
-            return ready
+            wait = math.ceil(timeout * 1e3) * 1e-3  # epoll's millisecond resolution, rounded up
+            deadline = _monotonic() + wait
+        queues = self._queues if deadline != 0.0 else None
+        if queues is not None:
+            ready_queue, timers = queues
+            timer_count = len(timers)
+        poll = self._selector.poll
         keys = self._fd_to_key
-        for fd, event in events:
-            entry = direct.get(fd)
-            if entry is not None:
-                _call(*entry)
-                continue
-            key = keys.get(fd)
-            if key:
-                mask = (selectors.EVENT_WRITE if event & ~_EPOLLIN else 0) | (selectors.EVENT_READ if event & ~_EPOLLOUT else 0)
-                ready.append((key, mask & key.events))
-        return ready
+        ready: list = []
+        while True:
+            try:
+                events = poll(wait, max(len(keys), 1))
+            except InterruptedError:
+                return ready
+            for fd, event in events:
+                entry = direct.get(fd)
+                if entry is not None:
+                    _call(*entry)
+                    continue
+                key = keys.get(fd)
+                if key:
+                    mask = (selectors.EVENT_WRITE if event & ~_EPOLLIN else 0) | (selectors.EVENT_READ if event & ~_EPOLLOUT else 0)
+                    ready.append((key, mask & key.events))
+            if ready or not events or queues is None or ready_queue or len(timers) != timer_count or not direct:
+                return ready
+            if deadline is not None:
+                left = deadline - _monotonic()
+                if left <= 0:
+                    return ready
+                wait = math.ceil(left * 1e3) * 1e-3
 
 
 def _call(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], args: tuple) -> None:
@@ -94,6 +130,7 @@ def add_reader(loop: asyncio.AbstractEventLoop, fd: int, callback: Callable[...,
         loop.add_reader(fd, callback, *args)
         return
     remove_reader(loop, fd)
+    selector.watch_loop(loop)
     selector.register(fd, selectors.EVENT_READ, None)
     selector.direct[fd] = (loop, callback, args)
 

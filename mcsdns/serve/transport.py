@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from ..zone.vocab import FORMERR  # noqa: F401 (re-exported: part of this module's names)
 from ..zone.wire import Query
@@ -64,6 +64,27 @@ class Observer(Protocol):
                  started: float, forwarded: bool) -> None: ...
 
 
+class BatchObserver(Protocol):
+    """Called once per batch of UDP datagrams, after their replies went out, in place of an `Observer`
+    call per datagram: for each i < n, datagram i's source (`clients[i]`, an `mmsg.Peer`), bytes, parsed
+    query and reply as an Observer gets them; `datas[i]` None for a forwarded datagram (observed when
+    its reply comes). `started` is when the batch was read."""
+
+    def __call__(self, where: Listener, clients: Sequence[Any], datas: Sequence[bytes | None],
+                 queries: Sequence[Query | None], replies: Sequence[bytes | None], n: int, started: float) -> None: ...
+
+
+class _Seen:
+    """One batch's datagrams, parsed queries and replies, kept for the batch observer (one per listener)."""
+
+    __slots__ = ("datas", "queries", "replies")
+
+    def __init__(self, size: int) -> None:
+        self.datas: list[bytes | None] = [None] * size
+        self.queries: list[Query | None] = [None] * size
+        self.replies: list[bytes | None] = [None] * size
+
+
 ForwardFn = Callable[[Query, bool], Awaitable[bytes | None]]
 
 
@@ -78,15 +99,19 @@ class DnsServer:
         tcp_limits: TcpLimits | None = None,
         reuse_port: bool = False,
         batch_udp: bool | None = None,
+        observe_batch: BatchObserver | None = None,
     ) -> None:
         """`batch_udp`: receive and send UDP in batches (recvmmsg/sendmmsg); None: where libc has
-        them, unless the environment says MCSDNS_UDP=plain."""
+        them, unless the environment says MCSDNS_UDP=plain. `observe_batch`: what observes a batch of
+        UDP datagrams at once (the same counts as `observe` per datagram, with one call per batch);
+        without it `observe` is called per datagram there too."""
         if batch_udp is None:
             batch_udp = os.environ.get(UDP_PLAIN_ENV, "").lower() != "plain"
         self.batch_udp = batch_udp and mmsg.available()
         self.resolver = resolver
         self.forward = forward
         self.observe = observe
+        self.observe_batch = observe_batch if observe is not None else None
         self.tcp = Connections(self, tcp_limits or TcpLimits())
         self.reuse_port = reuse_port
         self._udp: list[socket.socket] = []
@@ -143,7 +168,7 @@ class DnsServer:
         where = Listener(label, "udp", fam)
         if self.batch_udp:
             batch = self._batches[udp] = mmsg.Batch(UDP_BATCH)
-            selector.add_reader(loop, udp.fileno(), self._on_udp_batch, udp, where, batch)
+            selector.add_reader(loop, udp.fileno(), self._on_udp_batch, udp, where, batch, _Seen(UDP_BATCH))
         else:
             selector.add_reader(loop, udp.fileno(), self._on_udp, udp, where)
         self._udp.append(udp)
@@ -206,7 +231,7 @@ class DnsServer:
             else:
                 self._spawn(self._forward_udp(sock, addr, where, data, reply, started))
 
-    def _on_udp_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch) -> None:
+    def _on_udp_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, seen: _Seen) -> None:
         """`_on_udp` with one recvmmsg for up to UDP_BATCH datagrams and one sendmmsg for their replies,
         and again while the batches come full, up to UDP_ROUNDS of them per wakeup (at saturation
         every batch is full, and each trip through the event loop costs as much as a few queries).
@@ -219,7 +244,7 @@ class DnsServer:
             n = self._receive(sock, where, batch, fd)
             if n is None:
                 return
-            if not self._serve_batch(sock, where, batch, fd, n) or n < batch.size:
+            if not self._serve_batch(sock, where, batch, fd, n, seen) or n < batch.size:
                 return
 
     def _receive(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, fd: int) -> int | None:
@@ -238,14 +263,17 @@ class DnsServer:
                 log.debug("udp receive error: %s", exc)
         return None
 
-    def _serve_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, fd: int, n: int) -> bool:
-        """Answer datagrams 0..n-1 of `batch` and send the replies with one sendmmsg; False when the
-        socket went back to the plain path meanwhile (no sendmmsg), so this wakeup reads no more batches."""
+    def _serve_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, fd: int, n: int, seen: _Seen) -> bool:
+        """Answer datagrams 0..n-1 of `batch`, send the replies with one sendmmsg, then observe the batch;
+        False when the socket went back to the plain path meanwhile (no sendmmsg), so this wakeup reads
+        no more batches."""
         resolve = self.resolver.resolve
         observe = self.observe
+        observe_batch = self.observe_batch
         peers = batch.peers
         put = batch.put
         data_of = batch.data
+        datas, queries, replies = seen.datas, seen.queries, seen.replies
         # One clock read for the batch: its datagrams arrived together, and each one's duration runs
         # from there (the time it waited behind the batch's earlier datagrams counts, as it should).
         started = time.perf_counter() if observe else 0.0
@@ -263,18 +291,22 @@ class DnsServer:
                         j += 1
                     else:
                         self._send_alone(sock, reply, batch.address(i))
-                    if observe:
-                        observe(where, peers[i], data, q, reply, started, False)
-                elif reply is None:
-                    if observe:
-                        observe(where, peers[i], data, q, None, started, False)
-                else:
+                elif reply is not None:
                     self._spawn(self._forward_udp(sock, batch.address(i), where, data, reply, started))
+                    data = q = reply = None  # observed when its reply comes
+                if observe_batch is not None:
+                    datas[i] = data
+                    queries[i] = q
+                    replies[i] = reply  # type: ignore[assignment]
+                elif observe and data is not None:
+                    observe(where, peers[i], data, q, reply, started, False)  # type: ignore[arg-type]
         finally:
             if j:
                 refused = batch.send(fd, j)
                 for failed in refused:
                     self._send_failed(sock, where, batch, *failed)
+        if observe_batch is not None:
+            observe_batch(where, peers, datas, queries, replies, n, started)
         return not refused or self._batches.get(sock) is batch  # (only a refused reply can unbatch it)
 
     def _send_alone(self, sock: socket.socket, reply: bytes, addr: tuple) -> None:
