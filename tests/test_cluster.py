@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import cluster_soak
+from benchmarks.cluster_soak_check import PROPAGATION_WINDOW
+from mcsdns.sources.watching import BACKOFF_CAP
 from testsupport import objects
 from testsupport.cluster import (
     CLIENT_NAMESPACE as CLIENT_NS,
@@ -810,6 +812,11 @@ SOAK_MINUTES = 5
 # for the list (30 s), then knotc's reload waits for Knot's refresh from the dead pod to time out (5 s,
 # tcp-remote-io-timeout), then the follower's check (2 s and 1 s per dead address).
 KNOT_LAG_BOUND = 40.0
+# docs/reliability.md "Known limits": after the API server comes back, answers follow within the watch's
+# reconnect backoff (sources/watching.py: doubling to BACKOFF_CAP, jittered by +-20%) plus the stub zone's
+# window. The one excuse for a late answer through the stub zone: its window follows the kube-apiserver's
+# restart and it is no staler than that.
+AFTER_API_OUTAGE_BOUND = PROPAGATION_WINDOW + 1.2 * BACKOFF_CAP
 # docs/reliability.md "In the real cluster": flat is each pod's RSS and open fds over its life.
 RSS_GROWTH_MB = 4.0
 FDS_GROWTH = 4
@@ -866,8 +873,10 @@ def test_five_minutes_of_rollouts_deletions_an_apiserver_restart_and_churn_lose_
         assert all(sent > 0 for sent, _, _ in phase["by_path"].values()), phase
 
     assert report["lost"] == 0, summary
-    for path in ("udp", "tcp"):
-        assert report["by_path"][path]["wrong"] == 0, summary
+    late = [(w["after_event"], a) for w in report["loss_windows"] for a in w["wrong_answers"] if a["proto"] in ("udp", "tcp")]
+    assert sum(report["by_path"][path]["wrong"] for path in ("udp", "tcp")) == len(late), summary
+    for after, answer in late:  # through the stub zone: right, or late only after the API server's outage
+        assert after.startswith("kube-apiserver") and answer["stale_by_s"] <= AFTER_API_OUTAGE_BOUND, summary
     knot = report["by_path"]["knot"]
     assert knot["stale_max_s"] is not None and knot["stale_max_s"] <= KNOT_LAG_BOUND, summary
     assert all(w["wrong_never_held"] == 0 for w in report["loss_windows"]), summary
