@@ -441,17 +441,17 @@ class Soak:
         (self.work / "knotd.log").write_text(knotd)
         (self.work / "primary.log").write_text(primary)
         moved_to = re.findall(r"primary\.sh: transferring from mcsdns pod (\S+)", primary)
+        said = [line.split(" ", 1)[0][11:23] + " " + line.split("primary.sh: ", 1)[1]  # (time of day) what it said
+                for line in primary.splitlines() if "primary.sh: " in line]
         return {"ixfr_finished": len(re.findall(r"IXFR, incoming, remote \S+ .*finished", knotd)),
                 "axfr_finished": len(re.findall(r"AXFR, incoming, remote \S+ .*finished", knotd)),
                 "notify_received": len(re.findall(r"notify, incoming", knotd)),
                 "errors": [line[:200] for line in knotd.splitlines() if "error" in line.lower()][:20],
-                "switches": [line.split(" ", 1)[0][11:23] + " " + line.split("primary.sh: ", 1)[1]
-                             for line in primary.splitlines() if "primary.sh: transferring from" in line],
+                "switches": [line for line in said if line.split(" ", 1)[1].startswith("transferring from ")],
                 # A switch to an address that never served a whole transfer: the follower chose a dead pod.
                 "switched_to_without_axfr": [a for a in moved_to
                                              if f"AXFR, incoming, remote {a}@5353, finished" not in knotd],
-                "follower_log": [line.split(" ", 1)[0][11:23] + " " + line.split("primary.sh: ", 1)[1]
-                                 for line in primary.splitlines() if "primary.sh: " in line][:50]}
+                "follower_log": said[:50]}
 
     def restarts(self) -> list[dict]:
         out = []

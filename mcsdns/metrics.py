@@ -32,7 +32,7 @@ from . import __version__
 from .forward.replycheck import REASONS as MISMATCH_REASONS
 from .serve.querylog import client_text, errors
 from .zone.vocab import BADVERS, RCODE_TEXT, TYPE_TEXT
-from .zone.wire import REUSED, Query
+from .zone.wire import Query
 
 log = logging.getLogger(__name__)
 
