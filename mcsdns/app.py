@@ -12,8 +12,10 @@ them), and its answers follow the API until then.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,7 @@ from .admin.orphans import Orphans
 from .admin.server import Admin
 from .config import Config, advertised_addresses, transfer_networks
 from .metrics import Metrics, Views
+from .serve import selector
 from .serve.loadbalance import RoundRobinResolver
 from .serve.querylog import QueryLog, chain, errors
 from .serve.resolve import Resolver
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
     from .zone.dnssd import DnsSd
 
 log = logging.getLogger(__name__)
+
+SWITCH_SECONDS = 0.0002  # sys.setswitchinterval while serving (see `App.start`)
 
 
 class App:
@@ -191,6 +196,12 @@ class App:
         gc.freeze()
         for host, port in self.config.listen if dns else ():
             await self.server.listen(host, port)
+        if dns:
+            # A change's compile answers the waiting UDP queries between its steps (Table.interleave),
+            # and the watch threads' decoding hands the interpreter back to the loop thread within
+            # SWITCH_SECONDS (Python's default, 5 ms, would let one decode hold a query that long).
+            self.table.interleave = functools.partial(selector.serve_waiting, asyncio.get_running_loop())
+            sys.setswitchinterval(SWITCH_SECONDS)
         if self.config.http_listen is not None:
             await self.admin.listen(*self.config.http_listen)
         self._listening = True

@@ -236,3 +236,78 @@ def test_a_busy_reader_keeps_the_loop_s_timers_and_callbacks_on_time() -> None:
     assert returns < reads / 2, (returns, reads)  # the selector stayed in its own loop between datagrams
     assert max(lateness) < 0.03, lateness  # every timer on time (epoll's millisecond, plus scheduling)
     assert len(delays) >= 4 and max(delays) < 0.01, delays  # the reader's callbacks ran at once
+
+
+def test_serve_waiting_answers_the_queued_datagrams_from_inside_a_long_callback() -> None:
+    """`selector.serve_waiting` from a callback that holds the loop (a compile's step): the queries
+    that arrived meanwhile are answered before the callback returns, each with the reply the loop
+    gives it otherwise. On asyncio's stock loop it does nothing (they wait for the loop), and from
+    inside a direct reader it calls no reader (that reader's buffers are in use)."""
+    table = build_table([EXAMPLE])
+    queries = _queries()
+
+    async def scenario() -> tuple[dict[int, bytes], dict[int, bytes], list[str]]:
+        loop = asyncio.get_running_loop()
+        server = DnsServer(Resolver(table))
+        addr = await server.listen("127.0.0.1", 0)
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        client.setblocking(False)
+        inside: dict[int, bytes] = {}
+        done = loop.create_future()
+
+        def long_work() -> None:
+            for wire in queries:
+                client.sendto(wire, addr)
+            time.sleep(0.05)  # the loop is held: the datagrams wait in the listener's buffer
+            selector.serve_waiting(loop)
+            time.sleep(0.05)
+            while True:
+                try:
+                    wire = client.recv(65535)
+                except BlockingIOError:
+                    break
+                inside[(wire[0] << 8) | wire[1]] = wire
+            done.set_result(None)
+
+        order: list[str] = []
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        c, d = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        for s in (a, c):
+            s.setblocking(False)
+
+        def outer() -> None:  # a direct reader that asks for the waiting ones itself
+            a.recv(16)
+            order.append("outer")
+            selector.serve_waiting(loop)
+            order.append("outer done")
+
+        def other() -> None:
+            c.recv(16)
+            order.append("other")
+
+        try:
+            loop.call_soon(long_work)
+            await done
+            later = await _exchange(server, addr, queries, one_by_one=False)
+            selector.add_reader(loop, a.fileno(), outer)
+            selector.add_reader(loop, c.fileno(), other)
+            d.send(b"x")
+            b.send(b"x")
+            deadline = time.monotonic() + 5
+            while len(order) < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        finally:
+            for s in (a, c):
+                selector.remove_reader(loop, s.fileno())
+            for s in (a, b, c, d, client):
+                s.close()
+            server.stop_accepting()
+            await server.drain(0)
+        return inside, later, order
+
+    inside, later, order = _run(scenario, on_dispatch=True)
+    assert len(later) == len(queries)
+    assert inside == later  # every one answered inside the callback, as the loop answers it
+    assert "other" in order and order.index("outer done") == order.index("outer") + 1, order
+    stock_inside, stock_later, _ = _run(scenario, on_dispatch=False)
+    assert not stock_inside and len(stock_later) == len(queries)

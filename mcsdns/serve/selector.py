@@ -46,6 +46,7 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
         # The loop's ready queue and timer heap (asyncio's own, read-only here), known once a direct
         # reader is added: what `select` checks before waiting again. None: it never waits again.
         self._queues: tuple[Any, list] | None = None
+        self.reading = False  # a direct reader runs: `serve_waiting` must not call one again inside it
 
     def watch_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Let `select` wait again while `loop` has nothing to run (where the loop keeps the queues
@@ -85,7 +86,9 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
             for fd, event in events:
                 entry = direct.get(fd)
                 if entry is not None:
+                    self.reading = True
                     _call(*entry)
+                    self.reading = False
                     continue
                 key = keys.get(fd)
                 if key:
@@ -98,6 +101,23 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
                 if left <= 0:
                     return ready
                 wait = math.ceil(left * 1e3) * 1e-3
+
+
+    def serve_waiting(self) -> None:
+        """Call the direct readers whose descriptors have data now, without waiting (`serve_waiting`)."""
+        direct = self.direct
+        if self.reading or not direct:
+            return
+        try:
+            events = self._selector.poll(0, max(len(self._fd_to_key), 1))
+        except InterruptedError:
+            return
+        for fd, _ in events:  # (other descriptors stay ready: epoll reports them to the next select)
+            entry = direct.get(fd)
+            if entry is not None:
+                self.reading = True
+                _call(*entry)
+                self.reading = False
 
 
 def _call(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], args: tuple) -> None:
@@ -133,6 +153,20 @@ def add_reader(loop: asyncio.AbstractEventLoop, fd: int, callback: Callable[...,
     selector.watch_loop(loop)
     selector.register(fd, selectors.EVENT_READ, None)
     selector.direct[fd] = (loop, callback, args)
+
+
+def serve_waiting(loop: asyncio.AbstractEventLoop) -> None:
+    """Answer the datagrams waiting on `loop`'s direct readers now, from inside a callback of the loop.
+
+    Work that holds the loop for milliseconds (compiling a large service) calls this between its
+    steps, so a query waits for one step rather than for the whole of it. The readers answer from
+    whatever state the caller left between steps, which must be one a query may see. Nothing where
+    the loop has no DispatchSelector, and nothing from inside a direct reader (a question that makes
+    the table compile): that reader's own buffers are in use.
+    """
+    selector = _selector(loop)
+    if selector is not None:
+        selector.serve_waiting()
 
 
 def remove_reader(loop: asyncio.AbstractEventLoop, fd: int) -> bool:

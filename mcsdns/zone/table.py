@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from time import perf_counter
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Protocol
 
@@ -53,6 +54,13 @@ PTR_IN = struct.pack(">HH", vocab.PTR, vocab.CLASS_IN)
 # Per service, how many answers computed on first query (per-endpoint names, odd
 # spellings) are kept; bounds memory against clients walking random names.
 LAZY_LIMIT = 4096
+# A change's compile lets waiting queries through (`Table.interleave`) at most this often: a query
+# then waits for one step of it (a service, or one large answer), not for the whole change.
+STEP_SECONDS = 0.0002
+# A headless service keeps the bytes derived from its targets and addresses between compiles (a
+# readiness flip renders the same ones again); past this many per endpoint they are dropped and
+# derived afresh, so endpoints that come and go do not pile up.
+NAMES_PER_ENDPOINT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,13 @@ class Table(Schedule):
         self.ttl = config.ttl
         self.zones = tuple(encode_labels(z.split(".")) + b"\x00" for z in config.zones)
         self.answers: dict[bytes, Body] = {}
+        self._names: dict[ServiceKey, NameCache] = {}  # headless services' derived bytes, kept between compiles
+        # Answers the queries waiting now; the App sets it once its listeners are open. A change's
+        # compile (`on_change`, after the sync) calls it between steps (`_step`), with the table in a
+        # state a query may see: every service either as it was or as it is now.
+        self.interleave: Callable[[], None] | None = None
+        self._stepping: Callable[[], None] | None = None  # `interleave`, while a change compiles
+        self._step_due = 0.0
         self.owned: dict[ServiceKey, list[bytes]] = {}  # exactly the services that exist in an exposed namespace
         self.serial = clock_serial()
         self.generation = 0
@@ -192,20 +207,34 @@ class Table(Schedule):
                      self.local or "unknown")
             services.update(self.store.imports)
             services.update(self.owned)
-        for key in services:
-            if compiled and key in compiled:
-                self.install(key, compiled[key])
-            else:
-                self.compile(key)
-            if self.on_programmed is not None:
-                imp = self.store.imports.get(key)
-                self.on_programmed(key, changes.triggers.get(key), bool(imp and imp.headless))
+        self._stepping, self._step_due = self.interleave, perf_counter() + STEP_SECONDS
+        try:
+            for key in services:
+                if compiled and key in compiled:
+                    self.install(key, compiled[key])
+                else:
+                    self.compile(key)
+                if self.on_programmed is not None:
+                    imp = self.store.imports.get(key)
+                    self.on_programmed(key, changes.triggers.get(key), bool(imp and imp.headless))
+                self._step()
+        finally:
+            self._stepping = None
         if self.dnssd is not None:
             self.dnssd.update(services, changes.namespaces)
         self.bump(services)
         if self.on_stamped is not None:
             for kind, stamp in changes.stamps:
                 self.on_stamped(kind, stamp)
+
+    def _step(self) -> None:
+        """Between two steps of a change's compile: answer the waiting queries (`interleave`), once
+        every STEP_SECONDS. The generation is bumped after the change, so what they cache meanwhile
+        is dropped with the rest."""
+        run = self._stepping
+        if run is not None and perf_counter() >= self._step_due:
+            run()
+            self._step_due = perf_counter() + STEP_SECONDS
 
     def _synced(self, triggers: dict[ServiceKey, str]) -> None:
         """The initial sync's compile is done (`Schedule._compile_everything`): the programming times of
@@ -272,48 +301,56 @@ class Table(Schedule):
         if (svc is None) != (answers is None):
             self.compile(key)
             return
+        self._swap(key, svc, answers)
+
+    def _swap(self, key: ServiceKey, svc: Service | None, answers: list[tuple[bytes, Body]] | None) -> None:
+        """Put one service's rendered `answers` in place of its old ones (None: it has none), with its
+        `children` entries and PTR records; nothing in between yields to a query."""
         parents = self._withdraw(key)
         if self.reverse_zones:
             self._compile_pointers(key, svc)
         if svc is None or answers is None:
+            self._names.pop(key, None)
             return
+        table = self.answers
+        keys = []
         for k, body in answers:
-            self.answers[k] = body
-        self.owned[key] = [k for k, _ in answers]
+            table[k] = body
+            keys.append(k)
+        self.owned[key] = keys
         self.children.update(parents)
 
     @collector_paused
     def compile(self, key: ServiceKey) -> None:
-        """Swap in one service's compiled answers (or remove them)."""
+        """Swap in one service's compiled answers (or remove them).
+
+        Every answer is rendered before any is swapped in (`_swap`), so the queries a long compile
+        lets through between its steps (`_step`) see the service as it was."""
         self.behind.discard(key)
-        parents = self._withdraw(key)
         svc = self.service(*key)
         if svc is None or not self.namespace_exposed(key[0]):
-            if self.reverse_zones:
-                self._compile_pointers(key, None)
+            self._swap(key, None, None)
             return
-        if self.reverse_zones:
-            self._compile_pointers(key, svc)
         # A plain ClusterSetIP service (most of them): its answers written in one pass (fastpath.py).
         fast = fastpath.answers(svc.imp, self.zones, self.ttl, self.negative) if self.use_fastpath else None
         if fast is not None:
-            owned = self.owned[key] = []
-            for lname, qtype, body in fast:
-                k = lname + QTYPE_IN[qtype]
-                self.answers[k] = body
-                owned.append(k)
-            self.children.update(parents)
-            return
-        keys: list[bytes] = []
+            self._swap(key, svc, [(lname + QTYPE_IN[qtype], body) for lname, qtype, body in fast])
+        else:
+            self._swap(key, svc, self._rendered(key, svc))
+
+    def _rendered(self, key: ServiceKey, svc: Service) -> list[tuple[bytes, Body]]:
+        """Every compiled answer of `svc` (not a plain ClusterSetIP one), (lookup key, body) each."""
+        out: list[tuple[bytes, Body]] = []
         # Per-endpoint names (10 per service and more, rarely asked for a ClusterSetIP service)
         # are compiled on their first query (Resolver -> remember): that keeps the table, and
         # so memory and compile time per change, proportional to services, not endpoints.
         # compile_service lists the service's entries once and groups them by name, so this
         # costs O(entries + answers), not O(names x entries).
         answers = compiler.compile_service(svc, self, self.ttl, self.config.ns_addresses, endpoint_names=False)
+        self._step()
         last: tuple[str, ...] | None = None
         rel = b""
-        names = NameCache()
+        names = self._names_of(key, svc)
         longest = compiler.longest_name(svc)
         # An address answer's body depends on the answer and where the zone sits in the question, not
         # on the name: compile_service hands the same Answer to names that share it (the port names of
@@ -327,20 +364,29 @@ class Table(Schedule):
                 last, rel = labels, encode_labels(labels)
             for zwire in self.zones:
                 lname = rel + zwire
-                k = lname + QTYPE_IN[qtype]
                 short = longest + len(zwire) <= 255
                 if qtype == vocab.SRV:
                     body = self.render(lname, len(zwire), ans, names, short)
+                    self._step()
                 else:
                     at = (id(ans), len(lname) - len(zwire))
                     done = addresses.get(at)
                     if done is None:
                         done = addresses[at] = (ans, self.render(lname, len(zwire), ans, names, short))
+                        self._step()
                     body = done[1]
-                self.answers[k] = body
-                keys.append(k)
-        self.owned[key] = keys
-        self.children.update(parents)
+                out.append((lname + QTYPE_IN[qtype], body))
+        return out
+
+    def _names_of(self, key: ServiceKey, svc: Service) -> NameCache:
+        """The NameCache to render `svc` with: a headless service's own, kept between its compiles
+        (bounded by NAMES_PER_ENDPOINT); a new one for any other."""
+        if not svc.imp.headless:
+            return NameCache()
+        names = self._names.get(key)
+        if names is None or names.size() > NAMES_PER_ENDPOINT * (sum(len(sl.addresses) for sl in svc.slices) + 16):
+            names = self._names[key] = NameCache()
+        return names
 
     def _service_names(self, key: ServiceKey) -> list[tuple[bytes, bytes]]:
         """(`<service>.<namespace>.svc.<zone>` in wire form, lower case; the zone) for each

@@ -266,7 +266,8 @@ class NameCache:
 
     A service of 1000 endpoints x 100 ports renders the same 1000 targets and addresses in every
     one of its 300 answers; deriving their bytes once is most of what makes compiling it cheap.
-    The table makes one per service compile and drops it after, so nothing outlives the compile.
+    Everything in it is a function of its key alone, so it may outlive a compile: the table keeps a
+    headless service's for its next compile (a readiness flip renders the same targets again).
     """
 
     __slots__ = ("addresses", "_lowered", "_targets", "_lengths", "_prefixes", "_srv")
@@ -278,6 +279,10 @@ class NameCache:
         self._lengths: dict[tuple[str, ...], int] = {}
         self._prefixes: dict[tuple[str, ...], tuple[tuple[tuple[str, ...], bytes], ...]] = {}
         self._srv: dict[tuple[bytes, int], dict[tuple[str, ...], tuple[bytes, bytes, tuple[str, ...], int]]] = {}
+
+    def size(self) -> int:
+        """How many names and addresses it holds (the table bounds a kept one by this)."""
+        return len(self.addresses) + len(self._lowered)
 
     def lowered(self, labels: tuple[str, ...]) -> tuple[str, ...]:
         found = self._lowered.get(labels)
