@@ -59,7 +59,7 @@ def test_queries_between_a_change_s_steps_see_the_service_as_it_was(every_step: 
     ready[7] = False
     table.store.apply(convert(big_slice(ready)))
     after = replies(table)
-    # compile_service, then each address answer and each SRV answer is a step, and the end of the service
+    # each address answer and each SRV answer rendered ends a step, and so does the service
     assert sum(s == before for s in seen) >= 4, len(seen)
     assert all(s in (before, after) for s in seen)  # whole, old or new: never part of each
     assert after != before

@@ -102,7 +102,6 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
                     return ready
                 wait = math.ceil(left * 1e3) * 1e-3
 
-
     def serve_waiting(self) -> None:
         """Call the direct readers whose descriptors have data now, without waiting (`serve_waiting`)."""
         direct = self.direct

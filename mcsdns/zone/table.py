@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from time import perf_counter
 from dataclasses import dataclass, replace
+from time import perf_counter
 from typing import Callable, Iterable, Protocol
 
 from ..objects import EndpointSlice, ServiceImport
@@ -346,8 +346,8 @@ class Table(Schedule):
         # so memory and compile time per change, proportional to services, not endpoints.
         # compile_service lists the service's entries once and groups them by name, so this
         # costs O(entries + answers), not O(names x entries).
+        # (A generator: its entries are listed at the first answer, and each answer between two renders.)
         answers = compiler.compile_service(svc, self, self.ttl, self.config.ns_addresses, endpoint_names=False)
-        self._step()
         last: tuple[str, ...] | None = None
         rel = b""
         names = self._names_of(key, svc)
