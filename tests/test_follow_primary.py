@@ -177,3 +177,29 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path: Path, args: list[str], messa
     assert done.returncode == 2, done.stderr
     assert message.replace("{template}", str(template)) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_lookup_failing_in_changing_ways_is_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A lookup that keeps failing is said once, whichever of its A and AAAA queries failed first in each
+    pass (the error's text names it), and the chosen address stays written."""
+    import logging
+
+    from mcsdns.xfr.follow import Follower, LookupFailed, Settings
+
+    outcomes: list[object] = [["127.0.0.2"], LookupFailed("SERVFAIL for IN AAAA"), LookupFailed("SERVFAIL for IN A"),
+                              LookupFailed("SERVFAIL for IN AAAA"), LookupFailed("SERVFAIL for IN A")]
+
+    def lookup(name: str, server: tuple[str, int] | None) -> list[str]:
+        got = outcomes.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got  # type: ignore[return-value]
+
+    settings = Settings(NAME, None, 5353, "clusterset.local", "remote: MCSDNS_PRIMARY\n", tmp_path / "out.conf", 1.0)
+    follower = Follower(settings, lookup=lookup, answers=lambda address, port, zone: True)
+    with caplog.at_level(logging.INFO, logger="mcsdns.follow"):
+        for _ in range(5):
+            assert follower.step()
+    failures = [r.getMessage() for r in caplog.records if "cannot look" in r.getMessage()]
+    assert len(failures) == 1 and "IN AAAA" in failures[0], failures
+    assert (tmp_path / "out.conf").read_text() == "remote: 127.0.0.2:5353\n"

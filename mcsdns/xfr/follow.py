@@ -183,11 +183,14 @@ class Follower:
         self.current: str | None = None
         self.last_said = ""
 
-    def say(self, level: int, message: str) -> None:
-        """Log `message` unless it repeats the last one (a lookup failing every 5 s is one line, not one a pass)."""
-        if message != self.last_said:
+    def say(self, level: int, message: str, kind: str | None = None) -> None:
+        """Log `message` unless it repeats the last one (a lookup failing every 5 s is one line, not one a
+        pass); `kind`, where given, is what counts as a repeat (a failing lookup's detail names whichever
+        of its A and AAAA queries failed first, which may change from one pass to the next)."""
+        said = kind or message
+        if said != self.last_said:
             log.log(level, "%s", message)
-            self.last_said = message
+            self.last_said = said
 
     def step(self) -> bool:
         """One pass; True when the file holds a chosen address afterwards."""
@@ -195,7 +198,8 @@ class Follower:
         try:
             listed = self.lookup(s.name, s.server)
         except LookupFailed as exc:
-            self.say(logging.WARNING, f"cannot look {s.name} up ({exc}): keeping {self.describe()}")
+            self.say(logging.WARNING, f"cannot look {s.name} up ({exc}): keeping {self.describe()}",
+                     kind=f"lookup failed: keeping {self.describe()}")
             return self.current is not None
         if self.current is None:
             self.current = self.already_written(listed)
