@@ -246,14 +246,15 @@ class Bench:
         objs = [*dataset_objects(self.spec), *churn_objects(a.headless, a.endpoints)]
         count, seconds = apiload.create_all(self.testbed.api, objs)
         log(f"API: created {count} objects in {seconds:.1f}s")
-        self.qfile = queries.write("clusterset_a", self.spec, self.work)
+        self.qfile = queries.write(self.args.mix, self.spec, self.work)
 
     def server(self, label: str) -> Server:
         assert self.testbed is not None and self.coredns_bin is not None
         kubeconfig = self.testbed.kubeconfig_path
         cpu = self.args.cpu or None
-        if label == "coredns":
-            return CoreDns(label, self.work, cpu, binary=self.coredns_bin, kubeconfig=kubeconfig)
+        if label.startswith("coredns"):  # "coredns", or "coredns-cacheN": with `cache N` (--coredns-cache)
+            cache = int(label.partition("-cache")[2] or 0)
+            return CoreDns(label, self.work, cpu, binary=self.coredns_bin, kubeconfig=kubeconfig, cache=cache)
         name, _, rest = label.partition("-w")
         workers = int(rest)
         source = None if name == "mcsdns" else self.sources[name]
@@ -267,7 +268,8 @@ class Bench:
 
     def labels(self) -> list[str]:
         names = ["mcsdns", *self.sources]
-        return [f"{n}-w{w}" for n in names for w in self.args.workers] + ["coredns"]
+        return ([f"{n}-w{w}" for n in names for w in self.args.workers] + ["coredns"]
+                + [f"coredns-cache{c}" for c in self.args.coredns_cache])
 
     def dnsperf(self) -> load.Run:
         a = self.args
@@ -350,7 +352,8 @@ def summary(args: argparse.Namespace, rounds: dict[str, list[dict[str, Any]]]) -
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "settings": {"rate": args.rate, "seconds": args.seconds, "imports": args.imports, "headless": args.headless,
                      "endpoints": args.endpoints, "churners": args.churners, "cpu": args.cpu,
-                     "load_cpu": args.load_cpu, "rounds": args.rounds},
+                     "load_cpu": args.load_cpu, "rounds": args.rounds, "mix": args.mix,
+                     "coredns_cache": args.coredns_cache},
         "servers": {},
     }
     for label, runs in rounds.items():
@@ -364,11 +367,13 @@ def summary(args: argparse.Namespace, rounds: dict[str, list[dict[str, Any]]]) -
                           "max_ms": max((r[phase].get("max_ms") or 0) for r in runs),
                           "lost": sum(r[phase]["lost"] for r in runs)}
         out["servers"][label] = agg
-    core = out["servers"].get("coredns", {}).get("churn", {})
-    for label, agg in out["servers"].items():
-        if label != "coredns" and core.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
-            agg["vs_coredns"] = {"mean": round(agg["churn"]["mean_ms"] / core["mean_ms"], 2),
-                                 "sd": round(agg["churn"]["sd_ms"] / core["sd_ms"], 2) if core.get("sd_ms") else None}
+    for peer in [label for label in out["servers"] if label.startswith("coredns")]:
+        core = out["servers"][peer]["churn"]
+        suffix = peer[len("coredns"):].replace("-", "_")  # vs_coredns, vs_coredns_cache30
+        for label, agg in out["servers"].items():
+            if not label.startswith("coredns") and core.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
+                agg[f"vs_coredns{suffix}"] = {"mean": round(agg["churn"]["mean_ms"] / core["mean_ms"], 2),
+                                               "sd": round(agg["churn"]["sd_ms"] / core["sd_ms"], 2) if core.get("sd_ms") else None}
     return out
 
 
@@ -379,8 +384,8 @@ def print_report(got: dict[str, Any]) -> None:
     for label, agg in got["servers"].items():
         for phase in ("quiet", "churn"):
             f = agg[phase]
-            vs = agg.get("vs_coredns") if phase == "churn" else None
-            ratio = "" if vs is None else f"mean {vs['mean']}x, sd {vs['sd']}x"
+            ratio = ", ".join(f"{key[3:]}: mean {vs['mean']}x, sd {vs['sd']}x" for key, vs in agg.items()
+                              if key.startswith("vs_coredns")) if phase == "churn" else ""
             print(f"{label:<16} {phase:<6} {f['mean_ms']!s:>8} {f['sd_ms']!s:>7} {f['p99_ms']!s:>7} {f['max_ms']!s:>8} "
                   f"{f['lost']:>5}  {ratio}")
         for r in agg["rounds"]:
@@ -397,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--imports", type=int, default=1000, help="ClusterSetIP imports (the names asked)")
     parser.add_argument("--headless", type=int, default=20, help="headless imports churned")
     parser.add_argument("--endpoints", type=int, default=100, help="endpoints in each headless import's slice")
+    parser.add_argument("--mix", default="clusterset_a",
+                        help="the query mix asked (clusterset_a_case: every name in random letter case, off mcsdns's packet cache)")
+    parser.add_argument("--coredns-cache", type=lambda s: [int(x) for x in s.split(",")], default=[],
+                        help="also run CoreDNS with `cache N` for each N, comma-separated (e.g. 30)")
     parser.add_argument("--churners", type=int, default=4, help="churner processes")
     parser.add_argument("--cpu", default="1", help="CPU the servers are pinned to ('' = any)")
     parser.add_argument("--cpus-workers", default="", help="CPUs of mcsdns with several workers ('' = --cpu)")

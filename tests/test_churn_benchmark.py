@@ -26,12 +26,13 @@ def test_churn_benchmark_tiny(testbin: Path, tmp_path: Path) -> None:
     out = tmp_path / "churn.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.churn", "--seconds", "1", "--rate", "300", "--imports", "20",
-         "--headless", "2", "--endpoints", "10", "--churners", "1", "--out", str(out)],
+         "--headless", "2", "--endpoints", "10", "--churners", "1", "--coredns-cache", "30", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=240,
     )
     assert proc.returncode == 0, f"churn benchmark failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
     got = json.loads(out.read_text())
-    assert set(got["servers"]) == {"mcsdns-w1", "coredns"}
+    assert set(got["servers"]) == {"mcsdns-w1", "coredns", "coredns-cache30"}
+    assert {"vs_coredns", "vs_coredns_cache30"} <= set(got["servers"]["mcsdns-w1"])
     for label, server in got["servers"].items():
         for phase in ("quiet", "churn"):
             run = server["rounds"][0][phase]
