@@ -246,7 +246,7 @@ class App:
 
     async def shutdown(self) -> None:
         log.info("shutting down: /ready reports 503, answering for %.1fs more (lameduck)", self.config.lameduck)
-        self.admin.shutting_down = True
+        self.leave()
         if self.config.lameduck:
             await asyncio.sleep(self.config.lameduck)
         self.server.stop_accepting()
@@ -261,6 +261,14 @@ class App:
         await self.admin.aclose()
         errors.flush()
         log.info("stopped")
+
+    def leave(self) -> None:
+        """The lameduck begins: /ready reports 503 and transfers are refused but for the journal's IXFRs
+        (xfr/policy.py), so load balancers and secondaries move to the pods that stay while queries, and a
+        following secondary's refreshes, are still answered."""
+        self.admin.shutting_down = True
+        if self.server.transfers is not None:
+            self.server.transfers.leaving = True
 
     def reload(self) -> None:
         reload = getattr(self.source, "reload", None)

@@ -280,7 +280,7 @@ class Metrics(Collector):
             "mcsdns_transfers_total",
             "Zone transfer requests (--transfer-to) by type (axfr, ixfr, query: a TSIG-signed query) and result: axfr, "
             "fallback_axfr (an IXFR answered with the whole zone), current (SOA alone), udp_soa, refused (address), "
-            "unsigned, badkey, badsig, badtime, class, notauth, not_synced, udp (AXFR over UDP), formerr, busy.",
+            "unsigned, badkey, badsig, badtime, leaving (shutting down), class, notauth, not_synced, udp (AXFR over UDP), formerr, busy.",
             ["type", "result"], registry=registry)
         self.notifies = Counter(
             "mcsdns_notify_total",

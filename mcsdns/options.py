@@ -326,8 +326,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "([the admin port](install.md#the-admin-port))", shown_default="`on`"),
     Option(
         "--lameduck", "lameduck", OPERATIONS, metavar="DURATION", parse=seconds,
-        help="after SIGTERM, keep answering this long while /ready reports 503 (default 5s)",
-        doc="after SIGTERM, keep answering while `/ready` reports 503", shown_default="`5s`"),
+        help="after SIGTERM, keep answering this long while /ready reports 503 and zone transfers but the "
+        "journal's IXFRs are refused (default 5s)",
+        doc="after SIGTERM, keep answering while `/ready` reports 503 and zone transfers but the journal's IXFRs are refused",
+        shown_default="`5s`"),
     Option(
         "--log-level", "log_level", OPERATIONS, metavar="LEVEL", parse=str.upper,
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),

@@ -733,8 +733,9 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
 
     # The cluster DNS caches the Service's addresses (`cache 30`), and the node-local secondary test's
     # follower keeps that answer warm, so the list may still hold pods the redeploy above replaced: the
-    # start script chooses only an address that answers the zone's SOA, and the follower checks it every
-    # 2 s; what counts is that Knot ends on a live pod that one of the two chose.
+    # start script chooses only an address that serves transfers (a signed IXFR at its serial; a pod in
+    # its lameduck refuses), and the follower checks it every 2 s; what counts is that Knot ends on a
+    # live pod that one of the two chose.
     wait_for(lambda: knot_follows() in live(), 90, "Knot's signed AXFR from a current mcsdns pod", 1)
     pod_ip = knot_follows()
     primary = live()[pod_ip]
@@ -789,9 +790,9 @@ def test_a_knot_daemonset_holds_the_zone_and_follows_notify_sent_to_its_service_
     acknowledged = re.search(r'mcsdns_notify_total\{result="acknowledged"\} (\S+)', metrics)
     assert acknowledged and float(acknowledged.group(1)) >= 1, metrics
 
-    # The pod Knot transfers from goes (a rollout replaces every pod this way, one at a time): once it no
-    # longer answers the follower's SOA check (every 2 s) Knot is moved to another pod that answers,
-    # transfers the zone whole from it, and follows the next change from there.
+    # The pod Knot transfers from goes (a rollout replaces every pod this way, one at a time): from its
+    # SIGTERM on it refuses the follower's transfer probe (every 2 s), so Knot is moved to another pod that
+    # serves, transfers the zone whole from it, and follows the next change from there.
     kubectl(cluster, "-n", NS, "delete", "pod", primary["metadata"]["name"], "--wait=false")
     wait_for(lambda: knot_follows() not in (None, pod_ip), 90, "Knot transferring from another mcsdns pod", 1)
     moved_to = knot_follows()

@@ -367,6 +367,55 @@ def test_ixfr_current_gets_the_soa_alone_older_the_whole_zone(open_server: Mcsdn
     assert zone.get_soa().serial == serial
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_in_the_lameduck_only_the_journal_serves_transfers(workers: int, tmp_path: Path) -> None:
+    """After SIGTERM the pod answers queries for --lameduck. A secondary following it still gets each
+    change by IXFR from the journal, but whoever chooses a primary gets REFUSED, signed: an AXFR, an
+    IXFR at our serial (the probe deploy/examples/knot-secondary.yaml and `mcsdns follow-primary` send),
+    an IXFR that would fall back to the whole zone. Counted as result "leaving"; with --workers 2 each
+    worker does the same."""
+    manifests = tmp_path / "clusterset.yaml"
+    manifests.write_text(EXAMPLE.read_text())
+    with McsdnsServer("--manifests", str(manifests), "--ns-address", "127.0.0.1", "--transfer-to", "127.0.0.1",
+                      "--tsig-key-file", str(key_file(tmp_path)), "--lameduck", "8s", "--workers", str(workers)) as server:
+        before = server.query(ZONE, "SOA").answer[0][0].serial
+        manifests.write_text(manifests.read_text().replace('"10.96.10.10"', '"10.96.10.11"'))
+        server.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while (serial := server.query(ZONE, "SOA").answer[0][0].serial) == before:
+            assert time.monotonic() < deadline, "the change was not answered"
+            time.sleep(0.05)
+
+        def asked(query: dns.message.Message) -> dns.message.Message:
+            query.use_tsig(KEYRING, next(iter(KEYRING)))
+            return ask_tcp(server.dns_port, query, KEYRING)
+
+        assert asked(ixfr(serial)).rcode() == dns.rcode.NOERROR  # the probe, before SIGTERM
+        server.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        while server.http("/ready")[0] != 503 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(4):  # a new connection each: with --workers 2 the kernel spreads them over both
+            for query in (ixfr(serial), make(ZONE, "AXFR"), ixfr(1)):
+                reply = asked(query)
+                assert reply.rcode() == dns.rcode.REFUSED and not reply.answer and reply.had_tsig, (query, reply)
+            diff = asked(ixfr(before))  # a secondary at the serial before the change: the change
+            assert diff.rcode() == dns.rcode.NOERROR and diff.had_tsig, diff
+            records = [(rr.rdtype, rd.to_text()) for rr in diff.answer for rd in rr]
+            assert (dns.rdatatype.A, "10.96.10.10") in records and (dns.rdatatype.A, "10.96.10.11") in records, records
+        assert server.query(ZONE, "SOA").answer[0][0].serial == serial
+        assert [rd.address for rd in server.query(f"web.demo.svc.{ZONE}", "A", tcp=True).answer[0]] == ["10.96.10.11"]
+        assert server.proc is not None and server.proc.poll() is None, "answering within the lameduck"
+        _, metrics = server.http("/metrics")  # with --workers 2, one line per worker (label worker="k")
+
+        def counted(result: str, kind: str) -> float:
+            prefix = f'mcsdns_transfers_total{{result="{result}",type="{kind}"'
+            return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith(prefix))
+
+        assert (counted("leaving", "ixfr"), counted("leaving", "axfr"), counted("ixfr", "ixfr")) == (8, 4, 4), metrics
+        assert server.proc.wait(20) == 0, server.log()
+
+
 def test_over_udp_axfr_is_notimp_and_ixfr_the_current_soa(open_server: McsdnsServer) -> None:
     reply = open_server.query(ZONE, "AXFR")
     assert reply.rcode() == dns.rcode.NOTIMP and not reply.answer

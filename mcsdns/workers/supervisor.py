@@ -490,7 +490,8 @@ async def _serve(app: App, sock: socket.socket, k: int) -> None:
         logging.shutdown()
         os._exit(UPDATE_FAILED)
     if not follow.done():
-        await asyncio.sleep(app.config.lameduck)  # the supervisor's /ready already says 503
+        app.leave()  # this copy refuses transfers (the journal's IXFRs aside); the supervisor's /ready says 503
+        await asyncio.sleep(app.config.lameduck)
     app.server.stop_accepting()
     await app.server.drain(timeout=max(2.0, app.config.upstream_timeout + 0.5))
     follow.cancel()

@@ -3,12 +3,13 @@
 A CoreDNS `secondary` names its primary by address only (a name is refused at start), and each mcsdns
 replica counts its own serials, so a secondary follows ONE pod, never the load-balanced Service
 (docs/transfers.md, "More than one replica"). This command looks up the headless Service over the pods
-(`mcsdns-primaries`) every --interval, chooses one listed address whose server answers the zone's SOA,
-and writes --template into --out with MCSDNS_PRIMARY replaced by that address and --port (write, then
+(`mcsdns-primaries`) every --interval, chooses one listed address whose server serves the zone's
+transfers to this address (its SOA, then an IXFR at that serial answered: synced, not shutting down, and
+--transfer-to lets this address in, as it must the secondary beside this command), and writes --template into --out with MCSDNS_PRIMARY replaced by that address and --port (write, then
 rename: a reader sees the old file or the new one, never half of one). It keeps that address while the
 name still lists it; when the name no longer does (a rollout, a drained node), it writes another one,
 and CoreDNS's `reload` sees the imported file change and transfers the whole zone from the new pod.
-While the name does not resolve, or lists no address that answers, the file stays as it is.
+While the name does not resolve, or lists no address that serves, the file stays as it is.
 
 Exit codes: 0 (with --once: the file is written), 1 (with --once: no address answered), 2 bad flags or
 an unreadable template or --out directory.
@@ -33,7 +34,7 @@ log = logging.getLogger("mcsdns.follow")
 PLACEHOLDER = "MCSDNS_PRIMARY"
 # A CoreDNS `secondary` directive: what --out holds without --template (import it inside the zone's block).
 DEFAULT_TEMPLATE = "secondary {\n    transfer from MCSDNS_PRIMARY\n}\n"
-QUERY_TIMEOUT = 2.0  # each lookup and each SOA check; a server slower than this is not one to follow
+QUERY_TIMEOUT = 2.0  # each lookup and each probe query; a server slower than this is not one to follow
 
 
 class LookupFailed(Exception):
@@ -72,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "follow-primary", help="keep one ready mcsdns pod's address in a secondary's configuration file",
         description="Look up NAME (a headless Service over the mcsdns pods, e.g. mcsdns-primaries) every --interval, "
-        "choose one listed address that answers the zone's SOA, and write --template with MCSDNS_PRIMARY replaced by "
+        "choose one listed address that serves the zone's transfers here, and write --template with MCSDNS_PRIMARY replaced by "
         "ADDRESS:PORT into --out (atomically). The address is kept while NAME lists it; when NAME no longer does, "
         "another one is written. For a CoreDNS `secondary` (NodeLocal DNSCache, CoreDNS), whose `reload` re-reads "
         "the imported file: docs/transfers.md.")
@@ -81,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the DNS server to ask for NAME (e.g. the cluster DNS Service IP); default: /etc/resolv.conf's")
     p.add_argument("--port", type=port, default=5353, help="the pods' DNS port, written after the address (default 5353)")
     p.add_argument("--zone", default="clusterset.local",
-                   help="the zone whose SOA a pod must answer to be chosen (default clusterset.local)")
+                   help="the zone whose transfers a pod must serve to be chosen (default clusterset.local)")
     p.add_argument("--template", metavar="FILE", type=Path,
                    help="what to write, MCSDNS_PRIMARY standing for ADDRESS:PORT ([V6]:PORT); default a CoreDNS "
                    "`secondary { transfer from MCSDNS_PRIMARY }` directive")
@@ -136,18 +137,27 @@ def lookup(name: str, server: tuple[str, int] | None) -> list[str]:
     return sorted(set(found), key=sort_key)
 
 
-def answers(address: str, port: int, zone: str) -> bool:
-    """Whether the DNS server at address:port answers the SOA of `zone` (NOERROR, an SOA in the answer)."""
+def serves(address: str, port: int, zone: str) -> bool:
+    """Whether the mcsdns at address:port serves `zone`'s transfers to us: it answers the zone's SOA, and
+    an IXFR at that serial over TCP gets NOERROR and the SOA back (the SOA alone, while nothing changed).
+    A pod shutting down refuses this probe in its lameduck while it still answers queries (xfr/policy.py),
+    so a listed pod that a rollout is replacing is not chosen."""
     import dns.exception
     import dns.message
     import dns.query
     import dns.rcode
     import dns.rdatatype
 
-    query = dns.message.make_query(zone + ".", dns.rdatatype.SOA)
     try:
-        reply = dns.query.udp(query, address, port=port, timeout=QUERY_TIMEOUT)
-    except (dns.exception.DNSException, OSError):
+        reply = dns.query.udp(dns.message.make_query(zone + ".", dns.rdatatype.SOA), address, port=port,
+                              timeout=QUERY_TIMEOUT)
+        soa = [r for r in reply.answer if r.rdtype == dns.rdatatype.SOA]
+        if reply.rcode() != dns.rcode.NOERROR or not soa:
+            return False
+        probe = dns.message.make_query(zone + ".", dns.rdatatype.IXFR)
+        probe.authority.append(soa[0])
+        reply = dns.query.tcp(probe, address, port=port, timeout=QUERY_TIMEOUT)
+    except (dns.exception.DNSException, OSError, ValueError):
         return False
     return reply.rcode() == dns.rcode.NOERROR and any(r.rdtype == dns.rdatatype.SOA for r in reply.answer)
 
@@ -176,10 +186,10 @@ class Follower:
     """One pass per interval: keep the current address while listed, else choose and write another."""
 
     def __init__(self, settings: Settings, lookup: Callable[[str, tuple[str, int] | None], list[str]] = lookup,
-                 answers: Callable[[str, int, str], bool] = answers) -> None:
+                 serves: Callable[[str, int, str], bool] = serves) -> None:
         self.settings = settings
         self.lookup = lookup
-        self.answers = answers
+        self.serves = serves
         self.current: str | None = None
         self.last_said = ""
 
@@ -205,9 +215,10 @@ class Follower:
             self.current = self.already_written(listed)
         if self.current is not None and self.current in listed:
             return True
-        chosen = next((a for a in listed if self.answers(a, s.port, s.zone)), None)
+        chosen = next((a for a in listed if self.serves(a, s.port, s.zone)), None)
         if chosen is None:
-            why = f"lists {', '.join(listed)}, none answering the SOA of {s.zone}" if listed else "lists no address"
+            why = (f"lists {', '.join(listed)}, none serving transfers of {s.zone} here (unsynced, shutting down, "
+                   "or --transfer-to leaves this address out)") if listed else "lists no address"
             self.say(logging.WARNING, f"{s.name} {why}: keeping {self.describe()}")
             return self.current is not None
         try:

@@ -14,11 +14,16 @@ The decisions, in the order they are taken (`Policy.decide`):
    transfer before the initial list would hand out a partial zone);
 4. AXFR over UDP: NOTIMP (RFC 5936 4.2 defines none; Knot answers the same);
    IXFR whose authority section is not one SOA of the zone: FORMERR;
-5. IXFR over UDP, or from a client at our serial: our SOA alone (RFC 1995 2, 4);
+5. shutting down (the lameduck after SIGTERM, `leaving`): REFUSED, but for an IXFR the journal
+   answers. The pod still answers queries while clients move away; a secondary that follows it keeps
+   getting its changes until it moves, but whoever chooses a primary (an AXFR, a probe at our serial:
+   deploy/examples/knot-secondary.yaml, `mcsdns follow-primary`) is turned to a pod that stays rather
+   than to one about to vanish;
+6. IXFR over UDP, or from a client at our serial: our SOA alone (RFC 1995 2, 4);
    from a serial the journal holds (journal.py): the changes since, condensed into
    one difference (RFC 1995 4); any other (newer than ours, purged from the journal,
    never ours): the whole zone in AXFR form, as RFC 1995 4 allows, counted by reason;
-6. AXFR over TCP: the SOA, every record, the SOA again, in messages of at most
+7. AXFR over TCP: the SOA, every record, the SOA again, in messages of at most
    16 KiB (stream.PACK_LIMIT), the question in the first only, each signed when the request was
    (RFC 8945 5.3.1: every message, the digest chained).
 
@@ -67,6 +72,7 @@ class Policy:
         self.clock: Callable[[], float] = time.time
         self.journal: Journal | None = None  # IXFR's history; None: every IXFR not current falls back
         self.on_fallback: Callable[[str], None] | None = None  # metrics: why an IXFR got the whole zone
+        self.leaving = False  # set at SIGTERM (App.leave): transfers are REFUSED from then on, journal IXFRs aside
 
     def allows(self, client: Any) -> bool:
         """The peer address (a socket address tuple) is in --transfer-to."""
@@ -139,6 +145,9 @@ class Policy:
                 yield fail(vocab.FORMERR, "formerr")
                 return
             serial = self.table.soa_serial
+            if self.leaving and (not tcp or client_serial == serial):
+                yield fail(vocab.REFUSED, "leaving")
+                return
             if not tcp or client_serial == serial:
                 self._result(kind, "current" if client_serial == serial else "udp_soa")
                 yield dress(soa_message(self.table, zone), req, ctx)
@@ -147,13 +156,16 @@ class Policy:
                 diff: Any = "reverse_zone"  # no journal of a reverse zone's changes
             else:
                 diff = self.journal.since(client_serial, serial) if self.journal is not None else "unknown"
-            if isinstance(diff, str):  # no history from that serial: the whole zone (RFC 1995 4)
-                if self.on_fallback is not None:
+            if isinstance(diff, str):  # no history from that serial: the whole zone (RFC 1995 4), unless leaving
+                if self.on_fallback is not None and not self.leaving:
                     self.on_fallback(diff)
             else:
                 self._result(kind, "ixfr")
                 yield self._incremental(req, ctx, zone, client_serial, *diff)
                 return
+        if self.leaving:
+            yield fail(vocab.REFUSED, "leaving")
+            return
         # The whole zone: packed (or its packing awaited) by serve_tcp, then dressed like this.
         yield Whole(req, ctx, kind, "axfr" if kind == "axfr" else "fallback_axfr")
 
