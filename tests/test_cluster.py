@@ -810,8 +810,8 @@ SOAK_MINUTES = 5
 # docs/transfers.md "A per-node Knot secondary": how far Knot's answers may lag the API while the mcsdns
 # pod it follows is replaced. The follower chooses among the addresses the cluster DNS lists, which lag the
 # pods by up to its cache time (kubeadm's `ttl 30`, `cache 30`): when every listed pod has gone, Knot waits
-# for the list (30 s), then knotc's reload waits for Knot's refresh from the dead pod to time out (5 s,
-# tcp-remote-io-timeout), then the follower's check (2 s and 1 s per dead address).
+# for the list (30 s), then knotc's reload waits for Knot's refresh from the dead pod to time out (2 s,
+# the example's tcp-remote-io-timeout), then the follower's probe (2 s, and 1 s per query to a dead address).
 KNOT_LAG_BOUND = 40.0
 # docs/reliability.md "Known limits": after the API server comes back, answers follow within the watch's
 # reconnect backoff (sources/watching.py: doubling to BACKOFF_CAP, jittered by +-20%) plus the stub zone's
