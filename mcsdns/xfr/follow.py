@@ -5,13 +5,14 @@ replica counts its own serials, so a secondary follows ONE pod, never the load-b
 (docs/transfers.md, "More than one replica"). This command looks up the headless Service over the pods
 (`mcsdns-primaries`) every --interval, chooses one listed address whose server serves the zone's
 transfers to this address (its SOA, then an IXFR at that serial answered: synced, not shutting down, and
---transfer-to lets this address in, as it must the secondary beside this command), and writes --template into --out with MCSDNS_PRIMARY replaced by that address and --port (write, then
-rename: a reader sees the old file or the new one, never half of one). It keeps that address while the
+--transfer-to lets this address in, as it must the secondary beside this command), and writes
+--template into --out with MCSDNS_PRIMARY replaced by that address and --port (write, then rename: a
+reader sees the old file or the new one, never half of one). It keeps that address while the
 name still lists it; when the name no longer does (a rollout, a drained node), it writes another one,
 and CoreDNS's `reload` sees the imported file change and transfers the whole zone from the new pod.
 While the name does not resolve, or lists no address that serves, the file stays as it is.
 
-Exit codes: 0 (with --once: the file is written), 1 (with --once: no address answered), 2 bad flags or
+Exit codes: 0 (with --once: the file is written), 1 (with --once: no address served), 2 bad flags or
 an unreadable template or --out directory.
 """
 
