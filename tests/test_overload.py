@@ -30,7 +30,7 @@ import yaml
 from testsupport.cases import MAIN, Z, check, make_query
 from testsupport.framing import frame, read_frames
 from testsupport.objects import headless_service
-from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer
+from testsupport.mcsdnsserver import FIXTURES, ROOT, McsdnsServer, metric
 from upstreams import Fake, ForwardingServer
 
 pytestmark = pytest.mark.slow  # floods and thousands of connections: minutes (the fast tier leaves it out)
@@ -75,17 +75,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def metric(server: McsdnsServer, name: str, **labels: str) -> float:
-    """Sum of the samples of `name` whose labels include `labels`."""
-    _, text = server.http("/metrics")
-    total = 0.0
-    for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
-        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
-        if all(got.get(k) == v for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
 
 
 # =========================================================================== TCP (RFC 7766)

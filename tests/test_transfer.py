@@ -33,7 +33,8 @@ import dns.zone
 import pytest
 
 from testsupport.framing import FrameReader, frame
-from testsupport.mcsdnsserver import ROOT, McsdnsServer, exchange
+from testsupport.mcsdnsserver import ROOT, McsdnsServer, exchange, metric
+from testsupport.polling import eventually
 from testsupport.secondaries import KnotSecondary
 
 ZONE = "clusterset.local."
@@ -381,10 +382,12 @@ def test_in_the_lameduck_only_the_journal_serves_transfers(workers: int, tmp_pat
         before = server.query(ZONE, "SOA").answer[0][0].serial
         manifests.write_text(manifests.read_text().replace('"10.96.10.10"', '"10.96.10.11"'))
         server.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while (serial := server.query(ZONE, "SOA").answer[0][0].serial) == before:
-            assert time.monotonic() < deadline, "the change was not answered"
-            time.sleep(0.05)
+
+        def changed() -> int | None:
+            serial = server.query(ZONE, "SOA").answer[0][0].serial
+            return serial if serial != before else None
+
+        serial = eventually(changed, 10, what="the change answered")
 
         def asked(query: dns.message.Message) -> dns.message.Message:
             query.use_tsig(KEYRING, next(iter(KEYRING)))
@@ -392,9 +395,7 @@ def test_in_the_lameduck_only_the_journal_serves_transfers(workers: int, tmp_pat
 
         assert asked(ixfr(serial)).rcode() == dns.rcode.NOERROR  # the probe, before SIGTERM
         server.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 3
-        while server.http("/ready")[0] != 503 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: server.http("/ready")[0] == 503, 3, what="/ready 503 after SIGTERM")
         for _ in range(4):  # a new connection each: with --workers 2 the kernel spreads them over both
             for query in (ixfr(serial), make(ZONE, "AXFR"), ixfr(1)):
                 reply = asked(query)
@@ -406,13 +407,9 @@ def test_in_the_lameduck_only_the_journal_serves_transfers(workers: int, tmp_pat
         assert server.query(ZONE, "SOA").answer[0][0].serial == serial
         assert [rd.address for rd in server.query(f"web.demo.svc.{ZONE}", "A", tcp=True).answer[0]] == ["10.96.10.11"]
         assert server.proc is not None and server.proc.poll() is None, "answering within the lameduck"
-        _, metrics = server.http("/metrics")  # with --workers 2, one line per worker (label worker="k")
-
-        def counted(result: str, kind: str) -> float:
-            prefix = f'mcsdns_transfers_total{{result="{result}",type="{kind}"'
-            return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith(prefix))
-
-        assert (counted("leaving", "ixfr"), counted("leaving", "axfr"), counted("ixfr", "ixfr")) == (8, 4, 4), metrics
+        counted = [metric(server, "mcsdns_transfers_total", result=result, type=kind)  # summed over workers
+                   for result, kind in (("leaving", "ixfr"), ("leaving", "axfr"), ("ixfr", "ixfr"))]
+        assert counted == [8, 4, 4], server.http("/metrics")[1]
         assert server.proc.wait(20) == 0, server.log()
 
 

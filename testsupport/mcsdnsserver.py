@@ -8,6 +8,7 @@ PID (SIGTERM, then SIGKILL) however the test ends.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -152,6 +153,18 @@ def ask(server: McsdnsServer, name: str, qtype: str, how: str = "udp") -> dns.me
     if how == "tcp":
         return dns.query.tcp(q, "127.0.0.1", port=server.dns_port, timeout=2)
     return dns.query.udp(q, "127.0.0.1", port=server.dns_port, timeout=2, ignore_trailing=False, raise_on_truncation=False)
+
+
+def metric(server: McsdnsServer, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` on the server's /metrics whose labels include `labels` (with
+    --workers, one sample per worker)."""
+    _, text = server.http("/metrics")
+    total = 0.0
+    for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
 
 
 def order(reply: dns.message.Message) -> list[str]:
