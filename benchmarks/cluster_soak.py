@@ -440,15 +440,18 @@ class Soak:
         knotd, primary = logs("knotd"), logs("primary")
         (self.work / "knotd.log").write_text(knotd)
         (self.work / "primary.log").write_text(primary)
-        moved_to = re.findall(r"primary\.sh: transferring from mcsdns pod (\S+)", primary)
+        moved_to = re.findall(r"primary\.sh: transferred the zone from mcsdns pod (\S+)", primary)
         said = [line.split(" ", 1)[0][11:23] + " " + line.split("primary.sh: ", 1)[1]  # (time of day) what it said
                 for line in primary.splitlines() if "primary.sh: " in line]
         return {"ixfr_finished": len(re.findall(r"IXFR, incoming, remote \S+ .*finished", knotd)),
                 "axfr_finished": len(re.findall(r"AXFR, incoming, remote \S+ .*finished", knotd)),
                 "notify_received": len(re.findall(r"notify, incoming", knotd)),
                 "errors": [line[:200] for line in knotd.splitlines() if "error" in line.lower()][:20],
-                "switches": [line for line in said if line.split(" ", 1)[1].startswith("transferring from ")],
-                # A switch to an address that never served a whole transfer: the follower chose a dead pod.
+                "switches": [line for line in said if line.split(" ", 1)[1].startswith("transferred the zone from ")],
+                # Moves whose transfer failed (the pod stopped between its probe and Knot's AXFR), each
+                # followed by another choice.
+                "failed_moves": [line for line in said if "did not serve the whole zone" in line],
+                # A move the follower counted while Knot's log has no whole transfer from that address.
                 "switched_to_without_axfr": [a for a in moved_to
                                              if f"AXFR, incoming, remote {a}@5353, finished" not in knotd],
                 "follower_log": said[:50]}
@@ -542,7 +545,7 @@ def text(result: dict) -> str:
     if result["knot"]:
         k = result["knot"]
         lines.append(f"knot: {k['axfr_finished']} AXFR, {k['ixfr_finished']} IXFR, {k['notify_received']} NOTIFY; "
-                     f"switches {k['switches']}; errors {k['errors'][:3]}")
+                     f"switches {k['switches']}; failed moves {k.get('failed_moves', [])}; errors {k['errors'][:3]}")
     return "\n".join(lines)
 
 

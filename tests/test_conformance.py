@@ -14,6 +14,7 @@ Before it, the fixture exporter is held to what the suite needs of it on the ses
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import threading
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testsupport import conformance
+from testsupport import conformance, polling
 from testsupport.fixture_exporter import (
     IMPORT_MARK,
     LABEL_MANAGED_BY,
@@ -42,6 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MCS = "/apis/multicluster.x-k8s.io/v1beta1"
 # The suite's DNS specs (clusterip_service_dns.go: 3, headless_service_dns.go: 3).
 DNS_SPECS = 6
+# The shared poller, at this file's pace; an API error (the CRD not served yet) counts as "not yet".
+eventually = functools.partial(polling.eventually, timeout=15.0, interval=0.2, ignore=(ApiError,))
 
 
 # --------------------------------------------------------------------------- the exporter, on the testbed
@@ -57,13 +60,7 @@ def exporter(testbed: Testbed) -> Iterator[Exporter]:
     testbed.install_crd("v0.5.0")  # ServiceImport, as the session's other tests leave it
     crd = yaml.safe_load(crd_file.read_text())
     testbed.api.apply(crd)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            testbed.api.request("GET", f"{MCS}/serviceexports")
-            break
-        except ApiError:
-            time.sleep(0.2)
+    eventually(lambda: testbed.api.request("GET", f"{MCS}/serviceexports") or True, timeout=30)  # served
     ex = Exporter(Api.from_kubeconfig(str(testbed.kubeconfig_path)), "cluster-t")
     thread = threading.Thread(target=ex.run, daemon=True)
     thread.start()
@@ -73,20 +70,6 @@ def exporter(testbed: Testbed) -> Iterator[Exporter]:
         ex.stopping.set()
         thread.join(5)
         testbed.api.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, crd["metadata"]["name"])
-
-
-def eventually(check, timeout: float = 15.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ApiError as err:
-            last = err
-        if last and not isinstance(last, ApiError):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout} s: {last}")
 
 
 def service(namespace: str, name: str, **spec: object) -> dict:

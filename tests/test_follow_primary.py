@@ -24,6 +24,7 @@ import dns.rdatatype
 import dns.rrset
 import pytest
 
+from testsupport.polling import eventually
 from testsupport.testbed import free_port
 
 NAME = "mcsdns-primaries.mcsdns.svc.cluster.local."
@@ -117,15 +118,6 @@ def command(dns_server: Server, port: int, out: Path, *extra: str) -> list[str]:
             "--server", f"127.0.0.1:{dns_server.sock.getsockname()[1]}", "--port", str(port), "--out", str(out), *extra]
 
 
-def wait_for(check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    raise AssertionError(f"not after {timeout} s")
-
-
 def test_once_writes_a_listed_address_that_serves_transfers(world, tmp_path: Path) -> None:
     dns_server, pods, port = world
     pods["127.0.0.2"].soa = False  # listed (ready) but not answering: not chosen
@@ -177,7 +169,7 @@ def test_keeps_the_address_while_listed_switches_when_it_goes_and_survives_a_fai
     proc = subprocess.Popen(command(dns_server, port, out, "--template", str(template), "--interval", "0.2"),
                             stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(out.exists)
+        eventually(out.exists, 10, what=f"{out} written")
         assert out.read_text() == f"remote: 127.0.0.3:{port} # the rest of the file as written\n"
         written = out.stat().st_ino
         dns_server.listed = ["127.0.0.2", "127.0.0.3"]  # another pod, first in order: the chosen one stays
@@ -191,7 +183,8 @@ def test_keeps_the_address_while_listed_switches_when_it_goes_and_survives_a_fai
         time.sleep(1.0)
         assert out.stat().st_ino == written
         dns_server.listed = ["127.0.0.2"]  # the chosen pod is gone: the other one, written atomically
-        wait_for(lambda: out.read_text() == f"remote: 127.0.0.2:{port} # the rest of the file as written\n")
+        eventually(lambda: out.read_text() == f"remote: 127.0.0.2:{port} # the rest of the file as written\n", 10,
+                   what=lambda: f"the move to 127.0.0.2 in {out}: {out.read_text()!r}")
         assert out.stat().st_ino != written
     finally:
         proc.terminate()
@@ -275,7 +268,7 @@ def test_a_real_mcsdns_is_chosen_until_its_sigterm(tmp_path: Path) -> None:
             assert out.read_text() == f"secondary {{\n    transfer from 127.0.0.1:{server.dns_port}\n}}\n"
             out.unlink()
             server.signal(signal.SIGTERM)
-            wait_for(lambda: server.http("/ready")[0] == 503, 5)
+            eventually(lambda: server.http("/ready")[0] == 503, 5, what="/ready 503 after SIGTERM")
             done = subprocess.run(command(dns_server, server.dns_port, out, "--once"), capture_output=True,
                                   text=True, timeout=30)
             assert done.returncode == 1 and not out.exists(), done.stderr

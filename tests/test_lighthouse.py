@@ -34,7 +34,8 @@ from compat.dnsclient import TCP, UDP, UDP_EDNS, Ask
 from compat.generator import Dataset, asks, names
 from compat.harness import SEED
 from testsupport import lighthouse
-from testsupport.cluster import KUBEADM_COREFILE, Cluster, ClusterError, coredns_objects, kustomize_overlay, preflight
+from testsupport.cluster import KUBEADM_COREFILE, Cluster, ClusterError, coredns_objects, kustomize_overlay, require_node
+from testsupport.polling import eventually
 from testsupport.testbed import testbin_cache as cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,9 +69,7 @@ def images_of_this_checkout() -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    problems = preflight(cache_dir())
-    if problems:
-        pytest.skip("this machine cannot run a one-node cluster: " + "; ".join(problems))
+    require_node()
     cl = Cluster(tmp_path_factory.mktemp("cluster"))
     try:
         cl.up()
@@ -83,14 +82,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def wait_for(check: Callable[[], object], timeout: float, what: str, interval: float = 0.5) -> object:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not after {timeout:.0f} s (last: {last})")
+    """`eventually` with this file's argument order."""
+    return eventually(check, timeout, interval, what)
 
 
 @pytest.fixture(scope="module")

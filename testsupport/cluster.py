@@ -218,6 +218,16 @@ def preflight(cache: Path) -> list[str]:
     return problems
 
 
+def require_node(cache: Path | None = None) -> None:
+    """Skip the calling test (a failure in CI, like any missing real part) where `preflight` finds
+    this machine cannot run the one-node cluster."""
+    import pytest  # (only tests call this; benchmarks and tools use preflight's list)
+
+    problems = preflight(cache or testbin_cache())
+    if problems:
+        pytest.skip("this machine cannot run a one-node cluster: " + "; ".join(problems))
+
+
 def _network_conflicts() -> list[str]:
     """Our ranges must not overlap the machine's networks or resolver, nor our devices exist."""
     problems = []

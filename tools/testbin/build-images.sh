@@ -24,29 +24,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${MCSDNS_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcsdns/testbin}
 bin="$cache/bin"
-out="$cache/images"
-mkdir -p "$out"
-suite=bookworm
-mirror=http://deb.debian.org/debian
-
-for tool in buildah mmdebstrap; do
-    command -v "$tool" >/dev/null || { echo "$tool is not installed (apt-get install $tool; .ci/run installs it)" >&2; exit 1; }
-done
 for name in pause coredns; do
     [ -x "$bin/$name" ] || { echo "$bin/$name is missing: run tools/testbin/build.sh and build-node.sh first" >&2; exit 1; }
 done
-
-fresh() {  # fresh NAME HASH: true (and links NAME.tar) when the archive for HASH exists
-    if [ -f "$out/$1-$2.tar" ]; then ln -sfn "$1-$2.tar" "$out/$1.tar"; return 0; fi
-    return 1
-}
-
-commit() {  # commit CONTAINER NAME HASH: write the OCI archive, link it, drop the container
-    buildah commit -q --rm "$1" "oci-archive:$out/$2-$3.tar.tmp:localhost/$2:dev" >/dev/null
-    mv "$out/$2-$3.tar.tmp" "$out/$2-$3.tar"
-    ln -sfn "$2-$3.tar" "$out/$2.tar"
-    echo "built localhost/$2:dev ($(du -h "$out/$2-$3.tar" | cut -f1))" >&2
-}
+# shellcheck source=images.sh
+. "$here/images.sh"
 
 from_binary() {  # from_binary NAME: a scratch image holding one static binary as its entrypoint
     local name=$1 h c
@@ -55,24 +37,7 @@ from_binary() {  # from_binary NAME: a scratch image holding one static binary a
     c=$(buildah from scratch)
     buildah copy -q "$c" "$bin/$name" "/$name" >/dev/null
     buildah config --entrypoint "[\"/$name\"]" "$c"
-    commit "$c" "$name" "$h"
-}
-
-debian() {  # debian NAME PACKAGES CMD: a minbase Debian with PACKAGES, committed as NAME
-    local name=$1 packages=$2 cmd=$3 h c tar
-    h=$(printf '%s\n' "$suite" "$mirror" "$packages" "$cmd" | sha256sum | cut -c1-16)
-    fresh "$name" "$h" && return
-    tar="$out/$name-$h.rootfs.tar"
-    mmdebstrap --quiet --variant=minbase --include="$packages" \
-        --dpkgopt='path-exclude=/usr/share/{doc,man,info,locale}/*' \
-        --dpkgopt='path-include=/usr/share/locale/locale.alias' \
-        --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
-        "$suite" "$tar" "$mirror"
-    c=$(buildah from scratch)
-    buildah add -q "$c" "$tar" / >/dev/null
-    rm -f "$tar"
-    buildah config --cmd "$cmd" "$c"
-    commit "$c" "$name" "$h"
+    commit "$c" "$name" "localhost/$name:dev" "$h"
 }
 
 from_binary pause
@@ -80,9 +45,9 @@ from_binary coredns
 if [ -x "$bin/lighthouse-agent" ]; then
     from_binary lighthouse-agent
 fi
-debian dnsutils "bind9-dnsutils,knot-dnsutils" "sleep infinity"
-debian knot "knot,knot-dnsutils" "knotd"
-debian mcsdns-base "python3,python3-venv,python-is-python3,passwd" "python"
+debian dnsutils localhost/dnsutils:dev "bind9-dnsutils,knot-dnsutils" "sleep infinity"
+debian knot localhost/knot:dev "knot,knot-dnsutils" "knotd"
+debian mcsdns-base localhost/mcsdns-base:dev "python3,python3-venv,python-is-python3,passwd" "python"
 
 # The project's own Containerfile on that base; rebuilt when it or the package changes.
 h=$( (cd "$repo" && sha256sum Containerfile pyproject.toml README.md deploy/base/mcsdns.flags "$out/mcsdns-base.tar" \
