@@ -545,7 +545,7 @@ def text(result: dict) -> str:
     if result["knot"]:
         k = result["knot"]
         lines.append(f"knot: {k['axfr_finished']} AXFR, {k['ixfr_finished']} IXFR, {k['notify_received']} NOTIFY; "
-                     f"switches {k['switches']}; failed moves {k.get('failed_moves', [])}; errors {k['errors'][:3]}")
+                     f"switches {k['switches']}; failed moves {k['failed_moves']}; errors {k['errors'][:3]}")
     return "\n".join(lines)
 
 
