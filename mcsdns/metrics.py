@@ -32,7 +32,7 @@ from . import __version__
 from .forward.replycheck import REASONS as MISMATCH_REASONS
 from .serve.querylog import client_text, errors
 from .zone.vocab import BADVERS, RCODE_TEXT, TYPE_TEXT
-from .zone.wire import Query
+from .zone.wire import ONCE, Query
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,9 @@ DO = RESPONSES + (BADVERS + 1) * len(PLUGINS)  # requests with the DO bit (BADVE
 SCRATCH = DO + 1  # read by nothing: where a precomputed tally counts "no DO bit" (see `Metrics.observe`)
 N_COUNTS = SCRATCH + 1
 SUM_REQ, SUM_RESP, SUM_DURATION = 0, 1, 2
-# A tally (`Query.tally`, see `Metrics.observe`): [listener, Metrics, request size, reply size, the series'
-# counts, its sums, five slots of `counts`, hits not yet added to them]. A hit bumps only the last.
+# A tally (`Query.tally`, see `Metrics.observe`): [the stamp of its listener and Metrics, the Metrics, request
+# size, reply size, the series' counts, its sums, five slots of `counts`, hits not yet added to them]. A hit
+# bumps only the last.
 T_SLOTS = slice(6, 11)
 T_HITS = 11
 FOLD_AT = 4096  # tallies with hits waiting before `fold` runs without a scrape (bounds what they keep alive)
@@ -267,6 +268,7 @@ class Metrics(Collector):
         # listener -> zone label -> series; listeners hash by identity, so no key tuples per query.
         self._series: dict[Any, dict[str, _Series]] = {}
         self._tallies: list[list] = []  # tallies with hits not yet in their series (see `fold`)
+        self._stamps: dict[Any, tuple] = {}  # listener -> the object its tallies start with (see `observe`)
         self.dropped = 0
         self.rejects: dict[str, int] = defaultdict(int)  # objects rejected, by reason
         # Forwarding (plugin/forward and plugin/pkg/proxy).
@@ -356,12 +358,14 @@ class Metrics(Collector):
         with every missing name of one shape) always comes with the same reply (rcode, size) and the
         same type, EDNS and zone: its slots are computed at its first count here and kept on it
         (a tally), so a cache hit adds one to the tally's hits, which `fold` adds to the five slots
-        before anything reads them. A tally is checked against the listener, this Metrics and both
-        sizes, so it only ever counts what the full path would.
+        before anything reads them. A tally starts with the stamp this Metrics made for the listener
+        (`_stamps`), so one identity test tells a tally computed here for this listener; the sizes are
+        not compared per packet, as a reused object's request and reply keep their sizes by
+        construction (exact hits differ only in the ID, folded ones in letter case, a missing name's
+        shape fixes both: tests/test_metrics.py checks it over mixed traffic).
         """
-        tally = q.tally if q is not None else None
-        if tally.__class__ is list and tally[0] is where and tally[1] is self and tally[2] == len(data) and (
-                reply is not None and tally[3] == len(reply)):
+        if q is not None and q.tally[0] is self._stamps.get(where):
+            tally = q.tally
             hits = tally[T_HITS]
             tally[T_HITS] = hits + 1
             if not hits:
@@ -384,12 +388,10 @@ class Metrics(Collector):
         counts: list[int] | None = None  # the series the last run of tallied packets counts its durations in
         sums: list[float] = []
         same = 0
+        stamp = self._stamps.get(where)
         for i in range(n):
             q = queries[i]
-            reply = replies[i]
-            tally = q.tally if q is not None else None
-            if tally.__class__ is list and tally[0] is where and tally[1] is self and (
-                    tally[2] == len(datas[i]) and reply is not None and tally[3] == len(reply)):  # type: ignore[arg-type]
+            if q is not None and (tally := q.tally)[0] is stamp:
                 hits = tally[T_HITS]
                 tally[T_HITS] = hits + 1
                 if not hits:
@@ -404,7 +406,7 @@ class Metrics(Collector):
             else:
                 data = datas[i]
                 if data is not None:
-                    self._count(where, clients[i], data, q, reply, elapsed, False)
+                    self._count(where, clients[i], data, q, replies[i], elapsed, False)
         if same:
             counts[bucket] += same  # type: ignore[index]
             sums[2] += elapsed * same
@@ -479,8 +481,11 @@ class Metrics(Collector):
         sums[1] += rsize
         if code == 1 and not forwarded:
             errors.log("malformed", logging.WARNING, "malformed query from %s (%d bytes): FORMERR", client_text(client), len(data))
-        elif q is not None and q.tally is not None and not forwarded and size < 65536 and rsize < 65536:
-            q.tally = [where, self, size, rsize, counts, sums, TYPE_SLOT[q.qtype], DO if q.do else SCRATCH,  # type: ignore[union-attr]
+        elif q is not None and q.tally is not ONCE and not forwarded and size < 65536 and rsize < 65536:
+            stamp = self._stamps.get(where)
+            if stamp is None:
+                stamp = self._stamps[where] = (where, self)
+            q.tally = [stamp, self, size, rsize, counts, sums, TYPE_SLOT[q.qtype], DO if q.do else SCRATCH,  # type: ignore[union-attr]
                        REQ_SLOT[size], RESPONSES + code * 3 + plugin, RESP_SLOT[rsize], 0]
 
     def _zone(self, q: Query | None) -> str:

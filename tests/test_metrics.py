@@ -26,7 +26,7 @@ from mcsdns.metrics import DURATION, DURATION_BUCKETS, FOLD_AT, PROGRAMMING_BUCK
 from mcsdns.store import Store
 from mcsdns.zone.table import Table, TableConfig
 from mcsdns.serve.transport import Listener
-from mcsdns.zone.wire import parse_query
+from mcsdns.zone.wire import ONCE, parse_query
 
 Z = "clusterset.local."
 DURATION_LE = [0.00025 * 2**k for k in range(16)]
@@ -345,9 +345,9 @@ def test_cache_hits_count_exactly_as_their_first_reply():
         for _ in range(3):
             for wire in wires:
                 reply, q = resolver.resolve(wire, False)
-                hits += type(q.tally) is list and q.tally[0] is where  # counted by the precomputed slots
+                hits += type(q.tally) is list and q.tally[0][0] is where  # counted by the precomputed slots
                 tallied.observe(where, None, wire, q, reply, 0.0, False)
-                full.observe(where, None, wire, dataclasses.replace(q, tally=None), reply, 0.0, False)
+                full.observe(where, None, wire, dataclasses.replace(q, tally=ONCE), reply, 0.0, False)
     assert hits >= 2 * len(wires) * len(listeners)  # every round after a listener's first
     tallied.fold()  # (the hits cache hits left on their tallies, as a scrape adds them)
     for where in listeners:
@@ -381,7 +381,7 @@ def test_a_batch_observed_at_once_counts_what_each_packet_counts():
             datas.append(wire)
             queries.append(q)
             replies.append(reply)
-            alone.observe(where, clients[0], wire, None if q is None else dataclasses.replace(q, tally=None), reply,
+            alone.observe(where, clients[0], wire, None if q is None else dataclasses.replace(q, tally=ONCE), reply,
                           time.perf_counter(), False)
         datas.append(None)  # a forwarded datagram: observed when its reply comes, not here
         queries.append(None)
@@ -399,6 +399,73 @@ def test_a_batch_observed_at_once_counts_what_each_packet_counts():
         assert sum(got[zone].counts[ends[0] : ends[1]]) == sum(want[zone].counts[ends[0] : ends[1]])
         assert got[zone].sums[:2] == want[zone].sums[:2]
     assert batched.dropped == alone.dropped == 4  # the junk packet, each round
+
+
+@pytest.mark.parametrize("balanced", [False, True], ids=["plain", "round_robin"])
+def test_a_reused_query_object_always_comes_with_the_same_sizes(balanced):
+    """What lets a cache hit's count skip comparing sizes (`Metrics.observe`): every time the resolver
+    returns a query object again (its tally is not ONCE: exact and folded cache hits, missing names of
+    one shape, rotated answers), the packet and the reply have the sizes they had the first time.
+    Seeded mixed traffic: every compiled name and missing ones in random letter case and IDs, many
+    types, with and without EDNS (sizes down to 512 bytes, which truncates, DO, a version-1 OPT, an
+    option), RD and CD."""
+    import random
+
+    import dns.edns
+    import dns.flags
+    import dns.name
+
+    from mcsdns.serve.loadbalance import RoundRobinResolver
+    from mcsdns.serve.resolve import Resolver
+    from testsupport.inprocess import build_table
+    from testsupport.objects import headless_service
+
+    many = [{"addresses": [f"10.31.{i // 200}.{i % 200 + 1}"], "hostname": f"m-{i}"} for i in range(80)]
+    table = build_table([ROOT / "tests" / "fixtures" / "contract.yaml"],
+                        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lb"}},
+                         *headless_service("lb", "many", many)], zones=("clusterset.local",), synced=True)
+    resolver = (RoundRobinResolver if balanced else Resolver)(table)
+    names = sorted({dns.name.from_wire(key, 0)[0].to_text() for key in table.answers})
+    assert len(names) > 15
+    names += [f"{'x' * n}.{svc}.svc.{Z}" for n in (1, 2, 7, 30) for svc in ("svc1.testns", "many.lb", "nope.testns")]
+    names += [Z, "local.", "example.org."]
+    rng = random.Random(7)
+
+    def spelled(name: str) -> str:
+        return "".join(c.upper() if c.isalpha() and rng.random() < 0.3 else c for c in name)
+
+    questions = []
+    for name in names:
+        for qtype in ("A", "AAAA", "SRV", "TXT", "SOA", "NS", "ANY", "PTR", "HTTPS"):
+            edns = rng.choice([None, None, (0, 512), (0, 1232), (0, 4096), (0, 65535), (1, 1232), "option"])
+            questions.append((name, qtype, edns, rng.random() < 0.5, rng.random() < 0.2, rng.random() < 0.3))
+    first: dict[int, list] = {}
+    for _ in range(12):
+        rng.shuffle(questions)
+        for name, qtype, edns, do, cd, folded in questions:
+            if edns is None:
+                message = dns.message.make_query(spelled(name) if folded else name, qtype, use_edns=False)
+            elif edns == "option":
+                message = dns.message.make_query(name, qtype, use_edns=0, options=[dns.edns.GenericOption(65001, b"x")])
+            else:
+                message = dns.message.make_query(spelled(name) if folded else name, qtype, use_edns=edns[0],
+                                                 payload=edns[1], want_dnssec=do)
+            if cd:
+                message.flags |= dns.flags.CD
+            message.id = rng.randrange(65536)
+            wire = message.to_wire()
+            reply, q = resolver.resolve(wire, False)
+            if q is None or q.tally is ONCE or type(reply) is not bytes:
+                continue
+            seen = first.setdefault(id(q), [q, len(wire), len(reply), 0])  # (q kept: its id stays its own)
+            assert seen[0] is q
+            if seen[1:3] != [len(wire), len(reply)]:
+                pytest.fail(f"{name} {qtype} {edns}: a reused query object came with {len(wire)}/{len(reply)} bytes,"
+                            f" first with {seen[1]}/{seen[2]}")
+            seen[3] += 1
+    returned = sorted(seen[3] for seen in first.values())
+    assert len(returned) > 200 and returned[len(returned) // 2] >= 5  # most objects came back again and again
+    assert sum(returned) > 0.8 * 12 * len(questions)  # and most packets were answered with one of them
 
 
 def test_hits_waiting_on_tallies_are_bounded_without_a_scrape():

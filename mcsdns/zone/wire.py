@@ -40,6 +40,10 @@ class Malformed(Exception):
     """The question or EDNS record cannot be read: answer FORMERR."""
 
 
+REUSED = ("reused",)  # Query.tally of a query object the caches return again
+ONCE = ("once",)  # Query.tally of a query object made for one packet
+
+
 @dataclass(slots=True)
 class Query:
     """What the server needs from a query; `raw` is kept for forwarding."""
@@ -56,14 +60,11 @@ class Query:
     payload: int = MAX_UDP  # the advertised size as sent, echoed in the reply's OPT (as CoreDNS does)
     do: bool = False
     edns_version: int = 0
-    # Observers' scratch. None: this object was made for one packet. The resolver sets REUSED when it
-    # keeps the object to return with every cache hit of the same reply, or with every missing name of
-    # one shape (same rcode and sizes), and the metrics then keep there the counter slots they
-    # computed once (`Metrics.observe`).
-    tally: Any = field(default=None, compare=False, repr=False)
-
-
-REUSED = "reused"  # Query.tally of a query object the caches return again
+    # Observers' scratch: a tuple or list, whose first item is all a cache hit's count tests. ONCE: this
+    # object was made for one packet. The resolver sets REUSED when it keeps the object to return with
+    # every cache hit of the same reply, or with every missing name of one shape (same rcode and
+    # sizes), and the metrics then keep there the counter slots they computed once (`Metrics.observe`).
+    tally: Any = field(default=ONCE, compare=False, repr=False)
 
 
 def parse_query(data: bytes) -> Query:
