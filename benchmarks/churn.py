@@ -50,6 +50,7 @@ from . import apiload, load, provenance, queries
 from .dataset import CLUSTER, Spec
 from .servers import REPO, CoreDns, Mcsdns, Server
 from .suite import log, start_testbed
+from testsupport.mcsdnsserver import samples, total
 from testsupport.objects import ES_API, endpoint, endpoint_slice, namespace, service_import
 from testsupport.testbed import KubeClient, Testbed
 
@@ -156,26 +157,15 @@ def scrape(port: int) -> str:
         return ""
 
 
-def samples(text: str, name: str, match: str = "") -> dict[str, float]:
-    """Every sample of `name` (labels text -> value) whose labels contain `match`."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(name) and line[len(name):len(name) + 1] in (" ", "{") and match in line:
-            labels, _, value = line.rpartition(" ")
-            out[labels] = out.get(labels, 0.0) + float(value)
-    return out
-
-
-def total(text: str, name: str, match: str = "") -> float:
-    return sum(samples(text, name, match).values())
-
-
-def p99_between(before: str, after: str, name: str, match: str) -> float | None:
-    """The 0.99 quantile's bucket bound (seconds) of a histogram's observations between two scrapes."""
+def p99_between(before: str, after: str, name: str, **labels: str) -> float | None:
+    """The 0.99 quantile's bucket bound (seconds) of a histogram's observations between two scrapes
+    (its samples whose labels include `labels`)."""
     def buckets(text: str) -> dict[float, float]:
         out: dict[float, float] = {}
-        for labels, value in samples(text, name + "_bucket", match).items():
-            le = labels.split('le="', 1)[1].split('"', 1)[0]
+        for got, value in samples(text, name + "_bucket"):
+            if not labels.items() <= got.items():
+                continue
+            le = got["le"]
             bound = math.inf if le == "+Inf" else float(le)
             out[bound] = out.get(bound, 0.0) + value
         return out
@@ -252,7 +242,7 @@ class Bench:
         assert self.testbed is not None and self.coredns_bin is not None
         kubeconfig = self.testbed.kubeconfig_path
         cpu = self.args.cpu or None
-        if label.startswith("coredns"):  # "coredns", or "coredns-cacheN": with `cache N` (--coredns-cache)
+        if is_coredns(label):  # "coredns", or "coredns-cacheN": with `cache N` (--coredns-cache)
             cache = int(label.partition("-cache")[2] or 0)
             return CoreDns(label, self.work, cpu, binary=self.coredns_bin, kubeconfig=kubeconfig, cache=cache)
         name, _, rest = label.partition("-w")
@@ -305,15 +295,14 @@ class Bench:
             "writes": writes, "writes_per_s": round(writes / seconds), "final_answers_right": f"{correct}/{a.headless}",
             "programming_count": total(after, "coredns_kubernetes_dns_programming_duration_seconds_count")
             - total(before, "coredns_kubernetes_dns_programming_duration_seconds_count"),
-            "programming_p99_s": p99_between(before, after, "coredns_kubernetes_dns_programming_duration_seconds", ""),
+            "programming_p99_s": p99_between(before, after, "coredns_kubernetes_dns_programming_duration_seconds"),
             "server_cpu_s": round(cpu, 2),
         }
         if isinstance(server, Mcsdns):
-            kind = 'kind="endpointslice"'
             observed.update({
-                "slice_changes": total(after, "mcsdns_programming_duration_seconds_count", kind)
-                - total(before, "mcsdns_programming_duration_seconds_count", kind),
-                "propagation_p99_s": p99_between(before, after, "mcsdns_programming_duration_seconds", kind),
+                "slice_changes": total(after, "mcsdns_programming_duration_seconds_count", kind="endpointslice")
+                - total(before, "mcsdns_programming_duration_seconds_count", kind="endpointslice"),
+                "propagation_p99_s": p99_between(before, after, "mcsdns_programming_duration_seconds", kind="endpointslice"),
                 "table_generations": total(after, "mcsdns_table_generation") - total(before, "mcsdns_table_generation"),
             })
         out["updates"] = observed
@@ -338,6 +327,11 @@ class Bench:
             log(f"servers' logs kept in {self.work}")
         else:
             shutil.rmtree(self.work, ignore_errors=True)
+
+
+def is_coredns(label: str) -> bool:
+    """Whether a server label names a CoreDNS peer ("coredns", "coredns-cache30"), not an mcsdns."""
+    return label.startswith("coredns")
 
 
 def dataset_objects(spec: Spec) -> list[dict]:
@@ -367,11 +361,11 @@ def summary(args: argparse.Namespace, rounds: dict[str, list[dict[str, Any]]]) -
                           "max_ms": max((r[phase].get("max_ms") or 0) for r in runs),
                           "lost": sum(r[phase]["lost"] for r in runs)}
         out["servers"][label] = agg
-    for peer in [label for label in out["servers"] if label.startswith("coredns")]:
+    for peer in [label for label in out["servers"] if is_coredns(label)]:
         core = out["servers"][peer]["churn"]
         suffix = peer[len("coredns"):].replace("-", "_")  # vs_coredns, vs_coredns_cache30
         for label, agg in out["servers"].items():
-            if not label.startswith("coredns") and core.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
+            if not is_coredns(label) and core.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
                 agg[f"vs_coredns{suffix}"] = {"mean": round(agg["churn"]["mean_ms"] / core["mean_ms"], 2),
                                                "sd": round(agg["churn"]["sd_ms"] / core["sd_ms"], 2) if core.get("sd_ms") else None}
     return out

@@ -61,7 +61,7 @@ import dns.rrset
 import dns.tsig
 
 from testsupport.framing import FrameReader, frame
-from testsupport.mcsdnsserver import McsdnsServer
+from testsupport.mcsdnsserver import McsdnsServer, total
 
 from . import dataset, flags, procstat
 from .ixfr_follow import headless
@@ -131,12 +131,7 @@ def metric(server: McsdnsServer, name: str, **labels: str) -> float:
     status, body = server.http("/metrics")
     if status != 200:
         raise RuntimeError(f"/metrics: {status}")
-    total = 0.0
-    for line in body.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+    return total(body, name, **labels)
 
 
 class Rss:

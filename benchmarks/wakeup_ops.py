@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import dns.message
 
@@ -158,7 +158,15 @@ def measure(name: str, client: Client, wake: Callable[[], Any], wakeups: int, ti
     return row
 
 
-def floor_row(manifests: Path, packets: Packets, args: argparse.Namespace) -> dict[str, Any]:
+class Passes(NamedTuple):
+    """What each row measures: traced wakeups, datagrams per wakeup, wakeups per timed pass (0: none)."""
+
+    wakeups: int
+    datagrams: int
+    timed: int
+
+
+def floor_row(manifests: Path, packets: Packets, args: Passes) -> dict[str, Any]:
     resolver = build_resolver(manifests=[manifests], zones=(dataset.ZONE,), ttl=dataset.TTL, synced=True)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
@@ -192,7 +200,7 @@ def floor_row(manifests: Path, packets: Packets, args: argparse.Namespace) -> di
         sock.close()
 
 
-async def mcsdns_rows(manifests: Path, packets: Packets, args: argparse.Namespace) -> list[dict[str, Any]]:
+async def mcsdns_rows(manifests: Path, packets: Packets, args: Passes) -> list[dict[str, Any]]:
     from mcsdns.app import App
     from mcsdns.cli import build_parser, config_from_args
 
@@ -257,16 +265,17 @@ def main(argv: list[str] | None = None) -> int:
         lines = queries.read(queries.write(args.mix, spec, Path(work)))
         repeat = queries.cached(args.mix)
         # An uncached mix's distinct queries are shared out among the three rows' timed passes.
-        args.timed = 0 if not args.timing else TIMED_WAKEUPS if repeat else min(
+        timed = 0 if not args.timing else TIMED_WAKEUPS if repeat else min(
             TIMED_WAKEUPS, (len(lines) // 3 - args.wakeups * args.datagrams) // (TIMED_PASSES * args.datagrams))
+        passes = Passes(args.wakeups, args.datagrams, timed)
         packets = Packets([dns.message.make_query(name, rdtype, **options).to_wire()
                            for name, rdtype in (lines[:4000] if repeat else lines)], repeat)
-        rows = [floor_row(manifests, packets, args)]
+        rows = [floor_row(manifests, packets, passes)]
         from mcsdns.serve import selector
 
         loop = selector.new_loop()
         try:
-            rows += loop.run_until_complete(mcsdns_rows(manifests, packets, args))
+            rows += loop.run_until_complete(mcsdns_rows(manifests, packets, passes))
         finally:
             loop.close()
     print("\n".join(report(rows)))

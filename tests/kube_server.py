@@ -8,7 +8,6 @@ kubeconfig, parses flags, handles SIGTERM and exits like the deployed server.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import dns.rcode
 
 # Re-exported for the kube tests: the shared builders, the one `eventually`.
 from testsupport.objects import ES_API, MCS, ZONE, endpoint_slice, service_import  # noqa: F401
-from testsupport.mcsdnsserver import McsdnsServer  # noqa: F401
+from testsupport.mcsdnsserver import McsdnsServer, samples  # noqa: F401
 from testsupport.polling import eventually  # noqa: F401
 from testsupport.testbed import Testbed
 
@@ -76,14 +75,8 @@ class KubeServer(McsdnsServer):
 
     def metric(self, name: str, **labels: str) -> float | None:
         """One sample of /metrics, or None."""
-        _, text = self.http("/metrics")
-        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        pattern = re.compile(rf"^{re.escape(name)}(\{{(?P<labels>[^}}]*)\}})? (?P<value>\S+)$", re.M)
-        for m in pattern.finditer(text):
-            got = ",".join(sorted((m.group("labels") or "").split(","))) if m.group("labels") else ""
-            if got == want:
-                return float(m.group("value"))
-        return None
+        found = [value for got, value in samples(self.http("/metrics")[1], name) if got == labels]  # exactly these labels
+        return found[0] if found else None
 
     # -- DNS -------------------------------------------------------------------
 

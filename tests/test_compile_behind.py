@@ -19,6 +19,7 @@ import pytest
 
 from mcsdns.serve.resolve import Resolver
 from testsupport.inprocess import build_resolver
+from testsupport.mcsdnsserver import samples
 from test_resolve_lanes import CHILD_TYPES, absent_children, contract_questions, edns_query, mixed_case, plain_query
 from test_zone import FIXTURES
 
@@ -149,8 +150,7 @@ def metrics(server, *names: str) -> list[float]:
     """Samples' values from one scrape of the server's /metrics."""
     status, text = server.http("/metrics")
     assert status == 200
-    lines = text.splitlines()
-    return [float(next(line.split()[-1] for line in lines if line.startswith(name + " "))) for name in names]
+    return [next(value for got, value in samples(text, name) if not got) for name in names]
 
 
 def metric(server, name: str) -> float:

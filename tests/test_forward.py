@@ -21,7 +21,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from testsupport.mcsdnsserver import ROOT
+from testsupport.mcsdnsserver import ROOT, samples
 
 from testsupport.polling import eventually
 
@@ -35,14 +35,9 @@ IN_ZONE = "web.demo.svc.clusterset.local."
 
 
 def metric(server: ForwardingServer, name: str, **labels: str) -> float | None:
-    """One sample of the server's /metrics, None when absent."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(server.http("/metrics")[1]):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return None
+    """The first sample of `name` on the server's /metrics whose labels include `labels`, None when absent."""
+    found = [value for got, value in samples(server.http("/metrics")[1], name) if labels.items() <= got.items()]
+    return found[0] if found else None
 
 
 

@@ -19,17 +19,16 @@ import pytest
 
 from benchmarks import dataset
 from testsupport.framing import FrameReader, frame
-from testsupport.mcsdnsserver import ROOT, McsdnsServer
+from testsupport.mcsdnsserver import ROOT, McsdnsServer, samples
 
 ZONE = "clusterset.local."
 pytestmark = pytest.mark.slow  # zones of megabytes, and waits for the idle timeout
 
 
 def gauge(server: McsdnsServer, name: str) -> float:
-    for line in server.http("/metrics")[1].splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
+    found = [value for got, value in samples(server.http("/metrics")[1], name) if not got]
+    assert found, f"{name} not in /metrics"
+    return found[0]
 
 
 def axfr_reply(port: int) -> tuple[int, int]:

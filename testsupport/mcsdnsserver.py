@@ -155,16 +155,21 @@ def ask(server: McsdnsServer, name: str, qtype: str, how: str = "udp") -> dns.me
     return dns.query.udp(q, "127.0.0.1", port=server.dns_port, timeout=2, ignore_trailing=False, raise_on_truncation=False)
 
 
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample named `name` in a /metrics text, in order."""
+    return [(dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or "")), float(m.group(2)))
+            for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M)]
+
+
+def total(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` in a /metrics text whose labels include `labels` (0 when none)."""
+    return sum(value for got, value in samples(text, name) if labels.items() <= got.items())
+
+
 def metric(server: McsdnsServer, name: str, **labels: str) -> float:
     """Sum of the samples of `name` on the server's /metrics whose labels include `labels` (with
     --workers, one sample per worker)."""
-    _, text = server.http("/metrics")
-    total = 0.0
-    for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
-        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
-        if all(got.get(k) == v for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
+    return total(server.http("/metrics")[1], name, **labels)
 
 
 def order(reply: dns.message.Message) -> list[str]:

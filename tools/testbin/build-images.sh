@@ -64,9 +64,7 @@ if ! fresh mcsdns "$h"; then
     buildah bud -q --isolation=chroot --layers=false --build-arg "BASE=$base" "${mounts[@]}" \
         -f "$repo/Containerfile" -t localhost/mcsdns:dev "$repo" >/dev/null
     buildah push -q localhost/mcsdns:dev "oci-archive:$out/mcsdns-$h.tar.tmp:localhost/mcsdns:dev"
-    mv "$out/mcsdns-$h.tar.tmp" "$out/mcsdns-$h.tar"
-    ln -sfn "mcsdns-$h.tar" "$out/mcsdns.tar"
     buildah rmi localhost/mcsdns:dev "$base" >/dev/null
-    echo "built localhost/mcsdns:dev ($(du -h "$out/mcsdns-$h.tar" | cut -f1))" >&2
+    landed mcsdns "$h" localhost/mcsdns:dev
 fi
 echo "$out"

@@ -17,11 +17,15 @@ fresh() {  # fresh NAME HASH: true (and links NAME.tar) when the archive for HAS
     return 1
 }
 
+landed() {  # landed NAME HASH REF: the archive written to NAME-HASH.tar.tmp is whole: keep it, link it
+    mv "$out/$1-$2.tar.tmp" "$out/$1-$2.tar"
+    ln -sfn "$1-$2.tar" "$out/$1.tar"
+    echo "built $3 ($(du -h "$out/$1-$2.tar" | cut -f1))" >&2
+}
+
 commit() {  # commit CONTAINER NAME REF HASH: write the OCI archive named REF, link it, drop the container
     buildah commit -q --rm "$1" "oci-archive:$out/$2-$4.tar.tmp:$3" >/dev/null
-    mv "$out/$2-$4.tar.tmp" "$out/$2-$4.tar"
-    ln -sfn "$2-$4.tar" "$out/$2.tar"
-    echo "built $3 ($(du -h "$out/$2-$4.tar" | cut -f1))" >&2
+    landed "$2" "$4" "$3"
 }
 
 debian() {  # debian NAME REF PACKAGES CMD: a minbase Debian with PACKAGES, committed as REF
