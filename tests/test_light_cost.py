@@ -10,6 +10,7 @@ renders them. The figures of a short run mean nothing.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,12 @@ STORED = ROOT / "benchmarks" / "results" / "light_cost.json"
 FLOOR = ROOT / "benchmarks" / "results" / "light_cost-floor.json"  # --ours floor
 BESIDE = ROOT / "benchmarks" / "results" / "light_cost-beside-floor.json"  # mcsdns in the same hour
 THREE_WAY = [ROOT / "benchmarks" / "results" / f"light_cost-three-way{s}.json" for s in ("-before", "")]  # --beside-floor
-LATEST = ROOT / "benchmarks" / "results" / "light_cost-three-way-d9597a9.json"  # --beside-floor on the README table's commit
+RESULTS = ROOT / "benchmarks" / "results"
+# --beside-floor on the README table's commit, twice, and on the commit before it between those two runs;
+# then the run on the commit of the table before (another VM).
+LATEST = [RESULTS / "light_cost-three-way-475c1bd.json", RESULTS / "light_cost-three-way-475c1bd-2.json"]
+BETWEEN = RESULTS / "light_cost-three-way-508860f.json"
+PREVIOUS = RESULTS / "light_cost-three-way-d9597a9.json"
 
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -188,27 +194,51 @@ def test_the_performance_doc_quotes_mcsdns_beside_the_floor_before_and_after() -
         assert markdown(stored) in doc, path
         spans.append([_span({"cells": stored["beside_floor"]}, rate) for rate in ("20000", "5000")])
     (before20, before5), (after20, after5) = spans
-    latest = json.loads(LATEST.read_text())
-    assert latest["rounds"] >= 3 and latest["commit"] in doc
-    latest20, latest5 = (_span({"cells": latest["beside_floor"]}, rate) for rate in ("20000", "5000"))
-    claim = (f"{latest20} at 20,000 q/s, {latest5} at 5,000 on the landing code ({after20} and {after5} at ad72e0d; "
-             f"{before20} and {before5} before the UDP wakeups")
+    latest = [json.loads(path.read_text()) for path in LATEST]
+    assert all(run["rounds"] >= 3 and run["commit"] in doc for run in latest)
+    latest20, latest5 = (_span(_beside_floor(*latest), rate) for rate in ("20000", "5000"))
+    between20, between5 = (_span(_beside_floor(json.loads(BETWEEN.read_text())), rate) for rate in ("20000", "5000"))
+    previous20, previous5 = (_span(_beside_floor(json.loads(PREVIOUS.read_text())), rate) for rate in ("20000", "5000"))
+    claim = (f"{latest20} at 20,000 q/s, {latest5} at 5,000 on the landing code, two runs ({between20} and {between5} "
+             f"for the code before it, run between them; {previous20} and {previous5} at d9597a9 on another VM; "
+             f"{after20} and {after5} at ad72e0d; {before20} and {before5} before the UDP wakeups")
     assert claim in " ".join(doc.split()), claim  # the claims row
 
 
 def _span(stored: dict, rate: str) -> str:
-    medians = [cells[rate]["median"] for cells in stored["cells"].values()]
+    """The span of the median ratios over every mix (`stored["cells"]`: one run's, or several runs' as a list)."""
+    runs = stored["cells"] if isinstance(stored["cells"], list) else [stored["cells"]]
+    medians = [cells[rate]["median"] for run in runs for cells in run.values()]
     return f"{min(medians):.2f}-{max(medians):.2f}x"
+
+
+def _beside_floor(*runs: dict) -> dict:
+    """The mcsdns/floor cells of `runs`, in `_span`'s form."""
+    return {"cells": [run["beside_floor"] for run in runs]}
+
+
+def _us(runs: list[dict], key: str, rate: str) -> str:
+    """The span of one server's CPU per query (us, the median of each mix's rounds, as light_cost prints it)
+    over every mix of `runs`; `key` names the figures (`mcsdns_cpu_per_100k`, ...) in `cells` or, for the
+    floor, in `beside_floor`."""
+    table = "beside_floor" if key.startswith("floor") else "cells"
+    values = [statistics.median(cell[rate][key]) * 10 for run in runs for cell in run[table].values()]
+    return f"{min(values):.1f}-{max(values):.1f}"
 
 
 def test_the_readme_quotes_light_load_from_the_stored_runs() -> None:
     """README's light-load sentence: mcsdns's span of median ratios to Knot and to the floor at 20,000 q/s,
     from the run on the commit the README's table was measured on."""
     readme = " ".join((ROOT / "README.md").read_text().split())
-    latest = json.loads(LATEST.read_text())
-    assert f"at 20,000 q/s mcsdns used {_span(latest, '20000')} Knot's CPU per query" in readme
-    assert f"so mcsdns is {_span({'cells': latest['beside_floor']}, '20000')} that floor" in readme
-    assert f"commit {latest['commit']}" in readme and LATEST.name in readme
+    latest = [json.loads(path.read_text()) for path in LATEST]
+    knot = _span({"cells": [run["cells"] for run in latest]}, "20000")
+    assert (f"at 20,000 q/s mcsdns used {knot} Knot's CPU per query ({_us(latest, 'mcsdns_cpu_per_100k', '20000')} us "
+            f"against {_us(latest, 'knot_cpu_per_100k', '20000')};") in readme
+    assert f"(`benchmarks/floor.py`: no event loop, no metrics) {_us(latest, 'floor_cpu_per_100k', '20000')} us" in readme
+    floor20, floor5 = (_span(_beside_floor(*latest), rate) for rate in ("20000", "5000"))
+    assert f"so mcsdns is {floor20} that floor, {floor5} at 5,000 q/s" in readme
+    assert {run["commit"] for run in latest} == {"475c1bd"} and "commit 475c1bd" in readme
+    assert all(path.name in readme for path in LATEST)
 
 
 @pytest.mark.parametrize("args", [
