@@ -162,9 +162,7 @@ def p99_between(before: str, after: str, name: str, **labels: str) -> float | No
     (its samples whose labels include `labels`)."""
     def buckets(text: str) -> dict[float, float]:
         out: dict[float, float] = {}
-        for got, value in samples(text, name + "_bucket"):
-            if not labels.items() <= got.items():
-                continue
+        for got, value in samples(text, name + "_bucket", **labels):
             le = got["le"]
             bound = math.inf if le == "+Inf" else float(le)
             out[bound] = out.get(bound, 0.0) + value

@@ -166,7 +166,7 @@ class Passes(NamedTuple):
     timed: int
 
 
-def floor_row(manifests: Path, packets: Packets, args: Passes) -> dict[str, Any]:
+def floor_row(manifests: Path, packets: Packets, passes: Passes) -> dict[str, Any]:
     resolver = build_resolver(manifests=[manifests], zones=(dataset.ZONE,), ttl=dataset.TTL, synced=True)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
@@ -190,9 +190,9 @@ def floor_row(manifests: Path, packets: Packets, args: Passes) -> dict[str, Any]
         if j:
             batch.send(fd, j)
 
-    client = Client(sock.getsockname()[1], packets, args.datagrams)
+    client = Client(sock.getsockname()[1], packets, passes.datagrams)
     try:
-        return measure("floor", client, wake, args.wakeups, args.timed)
+        return measure("floor", client, wake, passes.wakeups, passes.timed)
     finally:
         client.close()
         poll.close()
@@ -200,7 +200,7 @@ def floor_row(manifests: Path, packets: Packets, args: Passes) -> dict[str, Any]
         sock.close()
 
 
-async def mcsdns_rows(manifests: Path, packets: Packets, args: Passes) -> list[dict[str, Any]]:
+async def mcsdns_rows(manifests: Path, packets: Packets, passes: Passes) -> list[dict[str, Any]]:
     from mcsdns.app import App
     from mcsdns.cli import build_parser, config_from_args
 
@@ -217,12 +217,12 @@ async def mcsdns_rows(manifests: Path, packets: Packets, args: Passes) -> list[d
     selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
     if not hasattr(selector, "direct"):
         raise SystemExit("mcsdns's loop has no dispatch selector here (not Linux?): nothing to count")
-    client = Client(app.server.addresses[0][1], packets, args.datagrams)
+    client = Client(app.server.addresses[0][1], packets, passes.datagrams)
     try:
-        rows = [measure("mcsdns", client, lambda: selector.select(0), args.wakeups, args.timed)]
+        rows = [measure("mcsdns", client, lambda: selector.select(0), passes.wakeups, passes.timed)]
         app.server.observe = None
         app.server.observe_batch = None
-        rows.append(measure("mcsdns without metrics", client, lambda: selector.select(0), args.wakeups, args.timed))
+        rows.append(measure("mcsdns without metrics", client, lambda: selector.select(0), passes.wakeups, passes.timed))
         return rows
     finally:
         client.close()

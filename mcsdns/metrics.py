@@ -109,11 +109,11 @@ DO = RESPONSES + (BADVERS + 1) * len(PLUGINS)  # requests with the DO bit (BADVE
 SCRATCH = DO + 1  # read by nothing: where a precomputed tally counts "no DO bit" (see `Metrics.observe`)
 N_COUNTS = SCRATCH + 1
 SUM_REQ, SUM_RESP, SUM_DURATION = 0, 1, 2
-# A tally (`Query.tally`, see `Metrics.observe`): [the stamp of its listener and Metrics, the Metrics, request
-# size, reply size, the series' counts, its sums, five slots of `counts`, hits not yet added to them]. A hit
-# bumps only the last.
-T_SLOTS = slice(6, 11)
-T_HITS = 11
+# A tally (`Query.tally`, see `Metrics.observe`): [the stamp of its listener and Metrics, request size, reply
+# size, the series' counts, its sums, five slots of `counts`, hits not yet added to them]. A hit bumps only
+# the last.
+T_SLOTS = slice(5, 10)
+T_HITS = 10
 FOLD_AT = 4096  # tallies with hits waiting before `fold` runs without a scrape (bounds what they keep alive)
 
 
@@ -372,8 +372,8 @@ class Metrics(Collector):
                 self._waiting(tally)
             if started:
                 elapsed = _now() - started
-                tally[4][DURATION + _bisect(DURATION_BUCKETS, elapsed)] += 1
-                tally[5][2] += elapsed
+                tally[3][DURATION + _bisect(DURATION_BUCKETS, elapsed)] += 1
+                tally[4][2] += elapsed
             return
         self._count(where, client, data, q, reply, _now() - started if started else None, forwarded)
 
@@ -396,13 +396,13 @@ class Metrics(Collector):
                 tally[T_HITS] = hits + 1
                 if not hits:
                     self._waiting(tally)
-                if tally[4] is counts:
+                if tally[3] is counts:
                     same += 1
                     continue
                 if same:
                     counts[bucket] += same  # type: ignore[index]
                     sums[2] += elapsed * same
-                counts, sums, same = tally[4], tally[5], 1
+                counts, sums, same = tally[3], tally[4], 1
             else:
                 data = datas[i]
                 if data is not None:
@@ -425,12 +425,12 @@ class Metrics(Collector):
             hits = tally[T_HITS]
             if hits:
                 tally[T_HITS] = 0
-                counts = tally[4]
+                counts = tally[3]
                 for slot in tally[T_SLOTS]:
                     counts[slot] += hits
-                sums = tally[5]
-                sums[0] += tally[2] * hits
-                sums[1] += tally[3] * hits
+                sums = tally[4]
+                sums[0] += tally[1] * hits
+                sums[1] += tally[2] * hits
         waiting.clear()
 
     def _count(self, where: Any, client: Any, data: bytes, q: Query | None, reply: bytes | None,
@@ -485,7 +485,7 @@ class Metrics(Collector):
             stamp = self._stamps.get(where)
             if stamp is None:
                 stamp = self._stamps[where] = (where, self)
-            q.tally = [stamp, self, size, rsize, counts, sums, TYPE_SLOT[q.qtype], DO if q.do else SCRATCH,  # type: ignore[union-attr]
+            q.tally = [stamp, size, rsize, counts, sums, TYPE_SLOT[q.qtype], DO if q.do else SCRATCH,  # type: ignore[union-attr]
                        REQ_SLOT[size], RESPONSES + code * 3 + plugin, RESP_SLOT[rsize], 0]
 
     def _zone(self, q: Query | None) -> str:

@@ -36,8 +36,8 @@ IN_ZONE = "web.demo.svc.clusterset.local."
 
 def metric(server: ForwardingServer, name: str, **labels: str) -> float | None:
     """The first sample of `name` on the server's /metrics whose labels include `labels`, None when absent."""
-    found = [value for got, value in samples(server.http("/metrics")[1], name) if labels.items() <= got.items()]
-    return found[0] if found else None
+    found = samples(server.http("/metrics")[1], name, **labels)
+    return found[0][1] if found else None
 
 
 

@@ -155,15 +155,16 @@ def ask(server: McsdnsServer, name: str, qtype: str, how: str = "udp") -> dns.me
     return dns.query.udp(q, "127.0.0.1", port=server.dns_port, timeout=2, ignore_trailing=False, raise_on_truncation=False)
 
 
-def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """(labels, value) of every sample named `name` in a /metrics text, in order."""
-    return [(dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or "")), float(m.group(2)))
-            for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M)]
+def samples(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample named `name` in a /metrics text whose labels include `labels`, in order."""
+    found = [(dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or "")), float(m.group(2)))
+             for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M)]
+    return [(got, value) for got, value in found if labels.items() <= got.items()]
 
 
 def total(text: str, name: str, **labels: str) -> float:
     """Sum of the samples of `name` in a /metrics text whose labels include `labels` (0 when none)."""
-    return sum(value for got, value in samples(text, name) if labels.items() <= got.items())
+    return sum(value for _, value in samples(text, name, **labels))
 
 
 def metric(server: McsdnsServer, name: str, **labels: str) -> float:
