@@ -10,6 +10,7 @@ loop and the other descriptors go on. The command line's servers (every subproce
 from __future__ import annotations
 
 import asyncio
+import os
 import selectors
 import socket
 import time
@@ -311,3 +312,123 @@ def test_serve_waiting_answers_the_queued_datagrams_from_inside_a_long_callback(
     assert "other" in order and order.index("outer done") == order.index("outer") + 1, order
     stock_inside, stock_later, _ = _run(scenario, on_dispatch=False)
     assert not stock_inside and len(stock_later) == len(queries)
+
+
+class _Recording:
+    """The selector's epoll object, recording the timeout of every wait (a wrapper: epoll's methods
+    are read-only)."""
+
+    def __init__(self, poll: object) -> None:
+        self._poll = poll
+        self.waits: list[float] = []
+
+    def poll(self, timeout: float = -1, maxevents: int = -1) -> list:
+        self.waits.append(timeout)
+        return self._poll.poll(timeout, maxevents)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._poll, name)
+
+
+@pytest.mark.parametrize("timerfd", [True, False], ids=["timerfd", "epoll-timeout"])
+def test_timers_fire_on_time_while_the_selector_waits_for_datagrams(timerfd: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a direct reader registered and timers pending, every timer fires on time and in order:
+    timers added from a callback, from the reader, from another thread, one cancelled and one
+    re-scheduled, deadlines 50 microseconds apart, and one whose expiry `serve_waiting` saw while
+    the loop's own reader held the loop. Where there is a timerfd the waits between datagrams carry no
+    timeout (the deadline is in the epoll set); without one (its fallback) each wait has the timeout."""
+    import threading
+
+    if not timerfd:
+        monkeypatch.setattr(selector.Alarm, "create", classmethod(lambda cls: None))
+
+    async def scenario() -> tuple[list[tuple[str, float]], list[float]]:
+        loop = asyncio.get_running_loop()
+        sel = loop._selector  # type: ignore[attr-defined]
+        assert (sel.alarm is not None) == timerfd
+        recording = _Recording(sel._selector)
+        sel._selector = recording
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        c, d = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.setblocking(False)
+        fired: list[tuple[str, float]] = []  # (name, lateness)
+        done = loop.create_future()
+
+        def at(name: str, delay: float) -> asyncio.TimerHandle:
+            due = loop.time() + delay
+            return loop.call_at(due, lambda: fired.append((name, loop.time() - due)))
+
+        def reader() -> None:
+            while True:
+                try:
+                    data = a.recv(16)
+                except BlockingIOError:
+                    return
+                if data == b"timer":
+                    at("from reader", 0.03)
+
+        def hold() -> None:  # the loop's own reader, holding the loop past a timer's deadline (a compile's step)
+            c.recv(16)
+            time.sleep(0.04)
+            selector.serve_waiting(loop)
+
+        # From a thread (the loop's self-pipe wakes it): a loop whose timers stopped still ends.
+        watchdog = threading.Timer(3, loop.call_soon_threadsafe, (asyncio.current_task().cancel,))
+        watchdog.start()
+        selector.add_reader(loop, a.fileno(), reader)
+        loop.add_reader(c.fileno(), hold)
+        try:
+            at("late", 0.30)
+            at("first", 0.02)
+            cancelled = at("cancelled", 0.05)
+            moved = at("moved", 0.04)
+            at("close 1", 0.1)
+            at("close 2", 0.10005)
+            loop.call_later(0.01, cancelled.cancel)
+            loop.call_later(0.015, lambda: (moved.cancel(), at("moved later", 0.1)))  # due at 0.115
+            loop.call_later(0.13, b.send, b"timer")  # due at about 0.16
+            at("held up", 0.19)  # armed when `hold` starts: serve_waiting sees its expiry
+            at("after hold", 0.24)
+            threading.Timer(0.05, lambda: loop.call_soon_threadsafe(at, "from thread", 0.02)).start()  # due at about 0.07
+            threading.Timer(0.18, d.send, (b"x",)).start()
+            loop.call_later(0.35, done.set_result, None)
+            for _ in range(20):  # datagrams between the timers, each its own wakeup
+                b.send(b"q")
+                await asyncio.sleep(0.005)
+            await done
+        finally:
+            watchdog.cancel()
+            sel._selector = recording._poll
+            selector.remove_reader(loop, a.fileno())
+            loop.remove_reader(c.fileno())
+            for s in (a, b, c, d):
+                s.close()
+        return fired, recording.waits
+
+    with asyncio.Runner(loop_factory=selector.new_loop) as runner:
+        fired, waits = runner.run(scenario())
+    names = [name for name, _ in fired]
+    assert names == ["first", "from thread", "close 1", "close 2", "moved later", "from reader", "held up", "after hold",
+                     "late"], fired
+    late = dict(fired)
+    assert all(lateness >= 0 for lateness in late.values()), fired  # never early
+    assert max(v for k, v in late.items() if k != "held up") < 0.03, fired  # the one held up did not delay the next
+    assert late["held up"] < 0.06, fired  # run as soon as `hold` let go (at about 0.22)
+    waiting = [w for w in waits if w != 0]
+    assert len(waiting) >= 20, waits
+    if timerfd:
+        assert set(waiting) == {-1}, waits
+    else:
+        assert all(w > 0 for w in waiting), waits
+
+
+def test_a_closed_loop_leaves_no_descriptor() -> None:
+    """The selector's timerfd closes with the loop: a loop made and closed a hundred times leaves the
+    process's descriptors as they were."""
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(100):
+        loop = selector.new_loop()
+        assert loop._selector.alarm is not None  # type: ignore[attr-defined]
+        loop.close()
+    asyncio.set_event_loop(None)
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -16,7 +16,9 @@ makes, which the command line runs); on any other loop (uvloop, an embedding pro
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import math
+import os
 import select
 import selectors
 import time
@@ -26,7 +28,65 @@ from typing import Any, Callable
 _BASE: type[selectors.BaseSelector] = getattr(selectors, "EpollSelector", selectors.DefaultSelector)
 _EPOLLIN = getattr(select, "EPOLLIN", 0x001)
 _EPOLLOUT = getattr(select, "EPOLLOUT", 0x004)
-_monotonic = time.monotonic  # asyncio's clock: the loop's timeout is measured on it
+_EPOLLET = getattr(select, "EPOLLET", 1 << 31)
+_monotonic = time.monotonic  # asyncio's clock (CLOCK_MONOTONIC on Linux): the loop's timeout is measured on it
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class Alarm:
+    """The event loop's next deadline as a timerfd in the selector's epoll set.
+
+    A wait with a timeout makes the kernel start and cancel a timer on every epoll_wait, and at light
+    load every datagram is its own wait. With the deadline in a timerfd (CLOCK_MONOTONIC, absolute,
+    armed only when the loop's earliest timer changes) epoll_wait waits with no timeout. Edge-triggered:
+    an expiry is reported once, and arming again resets it, so the descriptor is never read. Whoever
+    polls the epoll set and sees (or may have missed) the expiry sets `armed` to None, so the next
+    `select` arms again: a time already past expires at once.
+    """
+
+    def __init__(self, fd: int, settime: Callable[..., int]) -> None:
+        self.fd = fd
+        self._settime = settime
+        self._spec = _Itimerspec()
+        self._ref = ctypes.byref(self._spec)
+        self.armed: float | None = None  # the absolute time (time.monotonic's) it expires at, if pending
+
+    @classmethod
+    def create(cls) -> Alarm | None:
+        """A timerfd, or None where there is none (not Linux, no C library to call it in)."""
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            create, settime = libc.timerfd_create, libc.timerfd_settime
+        except (OSError, AttributeError):
+            return None
+        create.argtypes, create.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        settime.argtypes, settime.restype = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+        fd = create(_CLOCK_MONOTONIC, os.O_CLOEXEC | os.O_NONBLOCK)  # TFD_CLOEXEC, TFD_NONBLOCK: the O_ values
+        return cls(fd, settime) if fd >= 0 else None
+
+    def arm(self, when: float) -> None:
+        """Expire at `when` (on time.monotonic's clock; a time already past expires at once)."""
+        seconds = int(when)
+        value = self._spec.it_value
+        # Rounded up, never early; all zero would disarm.
+        value.tv_sec, value.tv_nsec = seconds, min(max(math.ceil((when - seconds) * 1e9), 1), 999_999_999)
+        if self._settime(self.fd, _TFD_TIMER_ABSTIME, self._ref, None) != 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        self.armed = when
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+_CLOCK_MONOTONIC = getattr(time, "CLOCK_MONOTONIC", 1)
+_TFD_TIMER_ABSTIME = 1
 
 
 class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
@@ -37,7 +97,7 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
     left the loop something to run (a callback on `_ready`, a new timer): the wakeups of a UDP
     listener at light load then cost an epoll_wait and the reader, not a turn of the event loop
     (`_run_once`'s timer and ready-queue bookkeeping), and the loop still runs everything else
-    when it would have.
+    when it would have. The timeout is an `Alarm` in the epoll set where there is a timerfd.
     """
 
     def __init__(self) -> None:
@@ -47,6 +107,15 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
         # reader is added: what `select` checks before waiting again. None: it never waits again.
         self._queues: tuple[Any, list] | None = None
         self.reading = False  # a direct reader runs: `serve_waiting` must not call one again inside it
+        self.alarm = Alarm.create()
+        if self.alarm is not None:
+            self._selector.register(self.alarm.fd, select.EPOLLIN | _EPOLLET)
+
+    def close(self) -> None:
+        super().close()
+        if self.alarm is not None:
+            self.alarm.close()
+            self.alarm = None
 
     def watch_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Let `select` wait again while `loop` has nothing to run (where the loop keeps the queues
@@ -58,9 +127,12 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
     def select(self, timeout: float | None = None) -> list:
         """epoll_wait, then each direct reader's callback for its descriptor, again while nothing else
         is due (see the class); the other events, as the stock EpollSelector.select returns them (same
-        timeout rounding, same EINTR handling)."""
+        EINTR handling; without an alarm, the same timeout rounding)."""
         direct = self.direct
+        alarm = self.alarm
         if not direct:
+            if alarm is not None:
+                alarm.armed = None  # its expiry, if it comes, goes unseen by the stock select
             return super().select(timeout)
         if timeout is None:
             wait = -1.0
@@ -68,6 +140,14 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
         elif timeout <= 0:
             wait = 0.0
             deadline = 0.0  # one look, no waiting
+        elif alarm is not None:
+            wait = -1.0
+            deadline = None
+            # The loop's timeout is to its earliest timer: armed already unless that timer changed.
+            queues = self._queues
+            when = queues[1][0].when() if queues is not None and queues[1] else _monotonic() + timeout
+            if when != alarm.armed:
+                alarm.arm(when)
         else:
             wait = math.ceil(timeout * 1e3) * 1e-3  # epoll's millisecond resolution, rounded up
             deadline = _monotonic() + wait
@@ -78,6 +158,7 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
         poll = self._selector.poll
         keys = self._fd_to_key
         ready: list = []
+        due = False
         while True:
             try:
                 events = poll(wait, max(len(keys), 1))
@@ -94,7 +175,10 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
                 if key:
                     mask = (selectors.EVENT_WRITE if event & ~_EPOLLIN else 0) | (selectors.EVENT_READ if event & ~_EPOLLOUT else 0)
                     ready.append((key, mask & key.events))
-            if ready or not events or queues is None or ready_queue or len(timers) != timer_count or not direct:
+                elif alarm is not None and fd == alarm.fd:
+                    alarm.armed = None
+                    due = True
+            if ready or due or not events or queues is None or ready_queue or len(timers) != timer_count or not direct:
                 return ready
             if deadline is not None:
                 left = deadline - _monotonic()
@@ -111,12 +195,15 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
             events = self._selector.poll(0, max(len(self._fd_to_key), 1))
         except InterruptedError:
             return
+        alarm = self.alarm
         for fd, _ in events:  # (other descriptors stay ready: epoll reports them to the next select)
             entry = direct.get(fd)
             if entry is not None:
                 self.reading = True
                 _call(*entry)
                 self.reading = False
+            elif alarm is not None and fd == alarm.fd:
+                alarm.armed = None  # seen here, not by `select`: the loop finds its timer due next turn
 
 
 def _call(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], args: tuple) -> None:
