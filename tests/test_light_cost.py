@@ -34,6 +34,8 @@ LATEST = [RESULTS / f"light_cost-three-way-{LANDING}.json", RESULTS / f"light_co
 BEFORE = [RESULTS / "light_cost-three-way-2d1e8f0.json", RESULTS / "light_cost-three-way-2d1e8f0-2.json"]
 EARLIER = [RESULTS / "light_cost-three-way-475c1bd.json", RESULTS / "light_cost-three-way-475c1bd-2.json"]
 PREVIOUS = RESULTS / "light_cost-three-way-d9597a9.json"
+# A later pair from clean checkouts: the landing code (f5b9fed, mcsdns/ as 6e9648a's) and the commit before it.
+CLEAN, CLEAN_BEFORE = RESULTS / "light_cost-three-way-f5b9fed.json", RESULTS / "light_cost-three-way-2d1e8f0-3.json"
 
 
 def _landing(run: dict) -> bool:
@@ -212,10 +214,13 @@ def test_the_performance_doc_quotes_mcsdns_beside_the_floor_before_and_after() -
 
     (latest20, latest5), (prior20, prior5) = spans(*LATEST), spans(*BEFORE)
     (earlier20, earlier5), (previous20, previous5) = spans(*EARLIER), spans(PREVIOUS)
+    (clean20, clean5), (cleanb20, cleanb5) = spans(CLEAN), spans(CLEAN_BEFORE)
+    assert json.loads(CLEAN.read_text())["commit"] == "f5b9fed" and json.loads(CLEAN_BEFORE.read_text())["commit"] == "2d1e8f0"
     claim = (f"{latest20} at 20,000 q/s, {latest5} at 5,000 on the landing code, two runs ({prior20} and {prior5} "
              f"for the code before it, in turns with them; {earlier20} and {earlier5} at 475c1bd; {previous20} and "
              f"{previous5} at d9597a9 on another VM; {after20} and {after5} at ad72e0d; {before20} and {before5} before "
-             "the UDP wakeups")
+             f"the UDP wakeups left the event loop; a later run on the landing code (f5b9fed), in turns with one of "
+             f"2d1e8f0 ({cleanb20} and {cleanb5}), {clean20} and {clean5} (`{CLEAN.name}`, `{CLEAN_BEFORE.name}`")
     assert claim in " ".join(doc.split()), claim  # the claims row
 
 
@@ -253,6 +258,10 @@ def test_the_readme_quotes_light_load_from_the_stored_runs() -> None:
     assert f"so mcsdns is {floor20} that floor, {floor5} at 5,000 q/s" in readme
     assert all(_landing(run) for run in latest) and f"mcsdns/ as in commit {LANDING}" in readme
     assert all(path.name in readme for path in LATEST)
+    clean = json.loads(CLEAN.read_text())
+    assert clean["commit"] == "f5b9fed"
+    assert (f"a later run on the landing code: {_span(_beside_floor(clean), '20000')}, "
+            f"{_span(_beside_floor(clean), '5000')})") in readme
 
 
 @pytest.mark.parametrize("args", [
