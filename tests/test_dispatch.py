@@ -10,6 +10,7 @@ loop and the other descriptors go on. The command line's servers (every subproce
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import selectors
 import socket
@@ -18,7 +19,7 @@ import time
 import dns.message
 import pytest
 
-from mcsdns.serve import selector
+from mcsdns.serve import mmsg, selector
 from mcsdns.serve.resolve import Resolver
 from mcsdns.serve.transport import DnsServer
 from testsupport.inprocess import build_table
@@ -105,6 +106,48 @@ def test_the_dispatch_loop_answers_as_asyncio_s_own(batched: bool) -> None:
     assert not stock_direct and direct
     assert len(stock_alone) == len(queries)
     assert alone == stock_alone and burst == stock_burst == stock_alone
+
+
+@pytest.mark.parametrize("error", [ConnectionRefusedError(errno.ECONNREFUSED, "refused"), InterruptedError(errno.EINTR, "interrupted")],
+                         ids=["icmp-error", "eintr"])
+def test_a_failed_batch_receive_loses_no_datagram(monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    """recvmmsg raising on a wakeup (an ICMP error surfacing on the socket, EINTR) loses no query and
+    is not a reader's failure: an error is skipped and the receive tried again at once, EINTR ends the
+    wakeup and the next one reads the datagrams; nothing reaches the loop's exception handler. The
+    replies are the ones a receive without the error gets."""
+    table = build_table([EXAMPLE])
+    queries = _queries()
+    real = mmsg.Batch.recv
+    state = {"fail": 0, "failed": 0}
+
+    def flaky(self: mmsg.Batch, fd: int) -> int:
+        if state["fail"]:
+            state["fail"] -= 1
+            state["failed"] += 1
+            raise error
+        return real(self, fd)
+
+    monkeypatch.setattr(mmsg.Batch, "recv", flaky)
+
+    reported: list[dict] = []
+
+    async def serve() -> tuple[dict[int, bytes], dict[int, bytes]]:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
+        server = DnsServer(Resolver(table), batch_udp=True)
+        addr = await server.listen("127.0.0.1", 0)
+        try:
+            clean = await _exchange(server, addr, queries, one_by_one=False)
+            state["fail"] = 3  # the next three receives raise: every query's wakeup meets one
+            failing = await _exchange(server, addr, queries, one_by_one=True)
+        finally:
+            server.stop_accepting()
+            await server.drain(0)
+        return clean, failing
+
+    clean, failing = _run(serve, on_dispatch=True)
+    assert state["failed"] == 3 and len(clean) == len(queries)
+    assert failing == clean
+    assert reported == []
 
 
 def test_a_reader_that_raises_is_reported_and_the_loop_goes_on() -> None:

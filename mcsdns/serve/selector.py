@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import math
 import os
 import select
@@ -102,7 +103,9 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
 
     def __init__(self) -> None:
         super().__init__()
-        self.direct: dict[int, tuple[asyncio.AbstractEventLoop, Callable[..., Any], tuple]] = {}
+        # Descriptor -> its reader with its arguments bound, called with none: one call per wakeup.
+        self.direct: dict[int, Callable[[], Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # whose exception handler hears a reader's error
         # The loop's ready queue and timer heap (asyncio's own, read-only here), known once a direct
         # reader is added: what `select` checks before waiting again. None: it never waits again.
         self._queues: tuple[Any, list] | None = None
@@ -120,6 +123,7 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
     def watch_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Let `select` wait again while `loop` has nothing to run (where the loop keeps the queues
         as CPython's asyncio does; otherwise `select` returns after every wakeup, as the stock one)."""
+        self._loop = loop
         ready, scheduled = getattr(loop, "_ready", None), getattr(loop, "_scheduled", None)
         if isinstance(scheduled, list) and hasattr(ready, "__len__"):
             self._queues = (ready, scheduled)
@@ -157,18 +161,24 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
             timer_count = len(timers)
         poll = self._selector.poll
         keys = self._fd_to_key
+        most = max(len(keys), 1)  # (a reader adds no descriptor: what it starts runs after this returns)
         ready: list = []
         due = False
         while True:
             try:
-                events = poll(wait, max(len(keys), 1))
+                events = poll(wait, most)
             except InterruptedError:
                 return ready
             for fd, event in events:
-                entry = direct.get(fd)
-                if entry is not None:
+                reader = direct.get(fd)
+                if reader is not None:
                     self.reading = True
-                    _call(*entry)
+                    try:
+                        reader()
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:  # noqa: BLE001 - as asyncio.Handle._run: reported, the loop goes on
+                        self._failed(reader, exc)
                     self.reading = False
                     continue
                 key = keys.get(fd)
@@ -197,23 +207,23 @@ class DispatchSelector(_BASE):  # type: ignore[misc, valid-type]
             return
         alarm = self.alarm
         for fd, _ in events:  # (other descriptors stay ready: epoll reports them to the next select)
-            entry = direct.get(fd)
-            if entry is not None:
+            reader = direct.get(fd)
+            if reader is not None:
                 self.reading = True
-                _call(*entry)
+                try:
+                    reader()
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:  # noqa: BLE001
+                    self._failed(reader, exc)
                 self.reading = False
             elif alarm is not None and fd == alarm.fd:
                 alarm.armed = None  # seen here, not by `select`: the loop finds its timer due next turn
 
-
-def _call(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], args: tuple) -> None:
-    """One direct reader's wakeup; an exception goes to the loop's handler as a Handle's would."""
-    try:
-        callback(*args)
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # noqa: BLE001 - as asyncio.Handle._run: reported, the loop goes on
-        loop.call_exception_handler({"message": f"Exception in UDP reader {callback!r}", "exception": exc})
+    def _failed(self, reader: Callable[[], Any], exc: BaseException) -> None:
+        """A direct reader raised: to the loop's exception handler, as a Handle's callback would be."""
+        if self._loop is not None:
+            self._loop.call_exception_handler({"message": f"Exception in UDP reader {reader!r}", "exception": exc})
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -238,7 +248,7 @@ def add_reader(loop: asyncio.AbstractEventLoop, fd: int, callback: Callable[...,
     remove_reader(loop, fd)
     selector.watch_loop(loop)
     selector.register(fd, selectors.EVENT_READ, None)
-    selector.direct[fd] = (loop, callback, args)
+    selector.direct[fd] = functools.partial(callback, *args) if args else callback
 
 
 def serve_waiting(loop: asyncio.AbstractEventLoop) -> None:

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 UDP_BATCH = 64  # datagrams drained per wakeup before letting other work run
 UDP_ROUNDS = 4  # batched path: full batches of UDP_BATCH served per wakeup before letting other work run
+_ROUNDS = range(UDP_ROUNDS)
+_clock = time.perf_counter
 # Socket receive buffer asked for (the kernel caps it at net.core.rmem_max). The default (~200 KB,
 # ~150 small datagrams) overflows whenever the process is descheduled for a few milliseconds at
 # tens of thousands of queries per second; 1 MB (~1000 datagrams) rides out a ~25 ms stall at full
@@ -168,7 +170,7 @@ class DnsServer:
         where = Listener(label, "udp", fam)
         if self.batch_udp:
             batch = self._batches[udp] = mmsg.Batch(UDP_BATCH)
-            selector.add_reader(loop, udp.fileno(), self._on_udp_batch, udp, where, batch, _Seen(UDP_BATCH))
+            selector.add_reader(loop, udp.fileno(), self._batched_reader(udp, where, batch, _Seen(UDP_BATCH)))
         else:
             selector.add_reader(loop, udp.fileno(), self._on_udp, udp, where)
         self._udp.append(udp)
@@ -231,83 +233,92 @@ class DnsServer:
             else:
                 self._spawn(self._forward_udp(sock, addr, where, data, reply, started))
 
-    def _on_udp_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, seen: _Seen) -> None:
-        """`_on_udp` with one recvmmsg for up to UDP_BATCH datagrams and one sendmmsg for their replies,
-        and again while the batches come full, up to UDP_ROUNDS of them per wakeup (at saturation
-        every batch is full, and each trip through the event loop costs as much as a few queries).
+    def _batched_reader(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, seen: _Seen) -> Callable[[], None]:
+        """The reader of a batched UDP socket: `_on_udp` with one recvmmsg for up to UDP_BATCH datagrams
+        and one sendmmsg for their replies, and again while the batches come full, up to UDP_ROUNDS of
+        them per wakeup (at saturation every batch is full, and each trip through the event loop costs
+        as much as a few queries).
 
-        The same decisions per datagram, in the same order; replies go out together after the batch
-        is resolved (also when an observer raises), each to the address its query came from.
+        The same decisions per datagram, in the same order; replies go out together after the batch is
+        resolved (also when an observer raises), each to the address its query came from, then the
+        batch is observed. One function with what it uses bound here: at light load every datagram is
+        its own wakeup, and each call and attribute lookup between epoll_wait and the resolver costs
+        about what a cached answer's own work does. The observers are read per batch (they may change).
         """
         fd = sock.fileno()
-        for _ in range(UDP_ROUNDS):
-            n = self._receive(sock, where, batch, fd)
-            if n is None:
-                return
-            if not self._serve_batch(sock, where, batch, fd, n, seen) or n < batch.size:
-                return
+        recv, data_of, put, send, address = batch.recv, batch.data, batch.put, batch.send, batch.address
+        peers, size = batch.peers, batch.size
+        datas, queries, replies = seen.datas, seen.queries, seen.replies
+        resolve = self.resolver.resolve
+        server = self
 
-    def _receive(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, fd: int) -> int | None:
-        """One recvmmsg into `batch`: the datagrams received (0: none waiting), None when this wakeup is over
-        (interrupted, or the socket went back to the plain path and that served it)."""
-        for _ in range(UDP_BATCH):  # receive errors are skipped as the plain loop skips them
-            try:
-                return batch.recv(fd)
-            except mmsg.Unsupported:
+        def wake() -> None:
+            for _ in _ROUNDS:
+                try:
+                    n = recv(fd)
+                except OSError as exc:
+                    n = server._receive_failed(sock, where, batch, exc)
+                    if n is None:
+                        return
+                observe = server.observe
+                observe_batch = server.observe_batch
+                # One clock read for the batch: its datagrams arrived together, and each one's duration
+                # runs from there (the time it waited behind the batch's earlier datagrams counts).
+                started = _clock() if observe else 0.0
+                j = 0
+                refused = None
+                try:
+                    for i in range(n):
+                        data = data_of(i)
+                        try:
+                            reply, q = resolve(data, False)
+                        except Exception:  # a bug must not stop the listener
+                            reply, q = server._panic(data, "UDP"), None
+                        if type(reply) is bytes:
+                            if put(j, i, reply):
+                                j += 1
+                            else:
+                                server._send_alone(sock, reply, address(i))
+                        elif reply is not None:
+                            server._spawn(server._forward_udp(sock, address(i), where, data, reply, started))
+                            data = q = reply = None  # observed when its reply comes
+                        if observe_batch is not None:
+                            datas[i] = data
+                            queries[i] = q
+                            replies[i] = reply  # type: ignore[assignment]
+                        elif observe and data is not None:
+                            observe(where, peers[i], data, q, reply, started, False)  # type: ignore[arg-type]
+                finally:
+                    if j:
+                        refused = send(fd, j)
+                        for failed in refused:
+                            server._send_failed(sock, where, batch, *failed)
+                if observe_batch is not None:
+                    observe_batch(where, peers, datas, queries, replies, n, started)
+                # (only a refused reply can have sent the socket back to the plain path)
+                if n < size or (refused and server._batches.get(sock) is not batch):
+                    return
+
+        return wake
+
+    def _receive_failed(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, exc: OSError) -> int | None:
+        """The batched reader's recvmmsg raised `exc`: the datagrams a retry received (0: none waiting),
+        or None when this wakeup is over (interrupted, or the socket went back to the plain path and that
+        served it). Receive errors are skipped as the plain loop skips them, up to UDP_BATCH in all."""
+        fd = sock.fileno()
+        for _ in range(UDP_BATCH - 1):
+            if isinstance(exc, mmsg.Unsupported):
                 self._unbatch(sock, where)
                 self._on_udp(sock, where)
                 return None
-            except InterruptedError:
+            if isinstance(exc, InterruptedError):
                 return None
-            except OSError as exc:
-                log.debug("udp receive error: %s", exc)
+            log.debug("udp receive error: %s", exc)
+            try:
+                return batch.recv(fd)
+            except OSError as again:
+                exc = again
         return None
-
-    def _serve_batch(self, sock: socket.socket, where: Listener, batch: mmsg.Batch, fd: int, n: int, seen: _Seen) -> bool:
-        """Answer datagrams 0..n-1 of `batch`, send the replies with one sendmmsg, then observe the batch;
-        False when the socket went back to the plain path meanwhile (no sendmmsg), so this wakeup reads
-        no more batches."""
-        resolve = self.resolver.resolve
-        observe = self.observe
-        observe_batch = self.observe_batch
-        peers = batch.peers
-        put = batch.put
-        data_of = batch.data
-        datas, queries, replies = seen.datas, seen.queries, seen.replies
-        # One clock read for the batch: its datagrams arrived together, and each one's duration runs
-        # from there (the time it waited behind the batch's earlier datagrams counts, as it should).
-        started = time.perf_counter() if observe else 0.0
-        j = 0
-        refused: list[tuple[int, OSError]] = []
-        try:
-            for i in range(n):
-                data = data_of(i)
-                try:
-                    reply, q = resolve(data, False)
-                except Exception:  # a bug must not stop the listener
-                    reply, q = self._panic(data, "UDP"), None
-                if type(reply) is bytes:
-                    if put(j, i, reply):
-                        j += 1
-                    else:
-                        self._send_alone(sock, reply, batch.address(i))
-                elif reply is not None:
-                    self._spawn(self._forward_udp(sock, batch.address(i), where, data, reply, started))
-                    data = q = reply = None  # observed when its reply comes
-                if observe_batch is not None:
-                    datas[i] = data
-                    queries[i] = q
-                    replies[i] = reply  # type: ignore[assignment]
-                elif observe and data is not None:
-                    observe(where, peers[i], data, q, reply, started, False)  # type: ignore[arg-type]
-        finally:
-            if j:
-                refused = batch.send(fd, j)
-                for failed in refused:
-                    self._send_failed(sock, where, batch, *failed)
-        if observe_batch is not None:
-            observe_batch(where, peers, datas, queries, replies, n, started)
-        return not refused or self._batches.get(sock) is batch  # (only a refused reply can unbatch it)
 
     def _send_alone(self, sock: socket.socket, reply: bytes, addr: tuple) -> None:
         """One reply with sendto, its error logged as the plain loop logs it."""
