@@ -26,21 +26,22 @@ FLOOR = ROOT / "benchmarks" / "results" / "light_cost-floor.json"  # --ours floo
 BESIDE = ROOT / "benchmarks" / "results" / "light_cost-beside-floor.json"  # mcsdns in the same hour
 THREE_WAY = [ROOT / "benchmarks" / "results" / f"light_cost-three-way{s}.json" for s in ("-before", "")]  # --beside-floor
 RESULTS = ROOT / "benchmarks" / "results"
-# --beside-floor on the landing code's mcsdns/ (6e9648a's: run from the working tree just before that
-# commit, which each file's note says) twice, in turns with two runs of the commit before it; then the
-# two runs of the README table before (475c1bd) and the one of the table before that (another VM).
-LANDING = "6e9648a"
+# --beside-floor on the landing code's mcsdns/ (e018c8f's, from a clean checkout) twice, in turns with two runs of
+# the commit before it; then the runs of earlier README tables: 6e9648a's pair (run from the working tree just
+# before that commit, which each file's note says) and a later run of the same mcsdns/ (f5b9fed), 475c1bd's pair
+# and the one of d9597a9 (another VM).
+LANDING = "e018c8f"
 LATEST = [RESULTS / f"light_cost-three-way-{LANDING}.json", RESULTS / f"light_cost-three-way-{LANDING}-2.json"]
-BEFORE = [RESULTS / "light_cost-three-way-2d1e8f0.json", RESULTS / "light_cost-three-way-2d1e8f0-2.json"]
+BEFORE = [RESULTS / "light_cost-three-way-a93cb13.json", RESULTS / "light_cost-three-way-a93cb13-2.json"]
+TIMERFD = [RESULTS / "light_cost-three-way-6e9648a.json", RESULTS / "light_cost-three-way-6e9648a-2.json"]
+TIMERFD_LATER = RESULTS / "light_cost-three-way-f5b9fed.json"
 EARLIER = [RESULTS / "light_cost-three-way-475c1bd.json", RESULTS / "light_cost-three-way-475c1bd-2.json"]
 PREVIOUS = RESULTS / "light_cost-three-way-d9597a9.json"
-# A later pair from clean checkouts: the landing code (f5b9fed, mcsdns/ as 6e9648a's) and the commit before it.
-CLEAN, CLEAN_BEFORE = RESULTS / "light_cost-three-way-f5b9fed.json", RESULTS / "light_cost-three-way-2d1e8f0-3.json"
 
 
 def _landing(run: dict) -> bool:
-    """A run of the landing code: from the working tree of its parent with mcsdns/ as that commit has it."""
-    return run["commit"] == "2d1e8f0+dirty" and f"commit {LANDING}'s" in run["note"]
+    """A run of the landing code: from a checkout of the commit whose mcsdns/ lands."""
+    return run["commit"] == LANDING
 
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -206,21 +207,21 @@ def test_the_performance_doc_quotes_mcsdns_beside_the_floor_before_and_after() -
     (before20, before5), (after20, after5) = spans
     latest = [json.loads(path.read_text()) for path in LATEST]
     assert all(run["rounds"] >= 3 and _landing(run) for run in latest) and LANDING in doc
-    assert all(path.name in doc for path in LATEST + BEFORE + EARLIER)
+    assert [json.loads(path.read_text())["commit"] for path in BEFORE] == ["a93cb13"] * 2
+    assert all(path.name in doc for path in LATEST + BEFORE + TIMERFD + EARLIER + [TIMERFD_LATER, PREVIOUS])
 
     def spans(*paths: Path) -> tuple[str, str]:
         runs = [json.loads(path.read_text()) for path in paths]
         return _span(_beside_floor(*runs), "20000"), _span(_beside_floor(*runs), "5000")
 
     (latest20, latest5), (prior20, prior5) = spans(*LATEST), spans(*BEFORE)
+    (timerfd20, timerfd5), (later20, later5) = spans(*TIMERFD), spans(TIMERFD_LATER)
     (earlier20, earlier5), (previous20, previous5) = spans(*EARLIER), spans(PREVIOUS)
-    (clean20, clean5), (cleanb20, cleanb5) = spans(CLEAN), spans(CLEAN_BEFORE)
-    assert json.loads(CLEAN.read_text())["commit"] == "f5b9fed" and json.loads(CLEAN_BEFORE.read_text())["commit"] == "2d1e8f0"
     claim = (f"{latest20} at 20,000 q/s, {latest5} at 5,000 on the landing code, two runs ({prior20} and {prior5} "
-             f"for the code before it, in turns with them; {earlier20} and {earlier5} at 475c1bd; {previous20} and "
-             f"{previous5} at d9597a9 on another VM; {after20} and {after5} at ad72e0d; {before20} and {before5} before "
-             f"the UDP wakeups left the event loop; a later run on the landing code (f5b9fed), in turns with one of "
-             f"2d1e8f0 ({cleanb20} and {cleanb5}), {clean20} and {clean5} (`{CLEAN.name}`, `{CLEAN_BEFORE.name}`")
+             f"for the code before it, a93cb13, in turns with them); {timerfd20} and {timerfd5} at 6e9648a (a later "
+             f"run of the same mcsdns/: {later20} and {later5}); {earlier20} and {earlier5} at 475c1bd; {previous20} "
+             f"and {previous5} at d9597a9 on another VM; {before20} and {before5} before the UDP wakeups left the "
+             f"event loop")
     assert claim in " ".join(doc.split()), claim  # the claims row
 
 
@@ -258,10 +259,9 @@ def test_the_readme_quotes_light_load_from_the_stored_runs() -> None:
     assert f"so mcsdns is {floor20} that floor, {floor5} at 5,000 q/s" in readme
     assert all(_landing(run) for run in latest) and f"mcsdns/ as in commit {LANDING}" in readme
     assert all(path.name in readme for path in LATEST)
-    clean = json.loads(CLEAN.read_text())
-    assert clean["commit"] == "f5b9fed"
-    assert (f"a later run on the landing code: {_span(_beside_floor(clean), '20000')}, "
-            f"{_span(_beside_floor(clean), '5000')})") in readme
+    before = [json.loads(path.read_text()) for path in BEFORE]
+    assert (f"the code before it, in turns: {_span(_beside_floor(*before), '20000')}, "
+            f"{_span(_beside_floor(*before), '5000')})") in readme
 
 
 @pytest.mark.parametrize("args", [
