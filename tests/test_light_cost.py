@@ -204,7 +204,7 @@ def test_the_performance_doc_quotes_mcsdns_beside_the_floor_before_and_after() -
         assert stored["beside_floor"] and stored["rounds"] >= 3, path
         assert markdown(stored) in doc, path
         spans.append([_span({"cells": stored["beside_floor"]}, rate) for rate in ("20000", "5000")])
-    (before20, before5), (after20, after5) = spans
+    before20, before5 = spans[0]  # (the claims row quotes the run before the UDP wakeups left the event loop)
     latest = [json.loads(path.read_text()) for path in LATEST]
     assert all(run["rounds"] >= 3 and _landing(run) for run in latest) and LANDING in doc
     assert [json.loads(path.read_text())["commit"] for path in BEFORE] == ["a93cb13"] * 2
