@@ -21,8 +21,15 @@ headless name are the API's final ready addresses. mcsdns runs once per --worker
 chart's default is the flag's, 1), and once per --source (another checkout's mcsdns, for an A/B
 in one run).
 
+--reference floor,knot adds servers that do no churn work at all, to tell what the churn costs a
+query on this machine whatever the server does: benchmarks/floor.py (mcsdns's resolver in the
+barest Python loop) and Knot DNS, each answering the same ClusterSetIP names from the same data
+set written out (manifests, a zone file) on the same pinned core, under the same churn. They watch
+nothing, so they have no updates to count and no final answers to check; their latency under
+churn over CoreDNS's is what the machine leaves any server.
+
 usage: python -m benchmarks.churn [--workers 1] [--seconds 20] [--rate 10000] [--rounds 1]
-                                  [--source LABEL=DIR] [--out FILE]
+                                  [--source LABEL=DIR] [--reference floor,knot] [--out FILE]
 """
 
 from __future__ import annotations
@@ -46,9 +53,9 @@ import dns.message
 import dns.query
 import dns.rdatatype
 
-from . import apiload, load, provenance, queries
+from . import apiload, dataset, load, provenance, queries
 from .dataset import CLUSTER, Spec
-from .servers import REPO, CoreDns, Mcsdns, Server
+from .servers import REPO, CoreDns, Floor, Knot, Mcsdns, Server
 from .suite import log, start_testbed
 from testsupport.mcsdnsserver import samples, total
 from testsupport.objects import ES_API, endpoint, endpoint_slice, namespace, service_import
@@ -59,6 +66,7 @@ NAMESPACE = "churn"
 TRIGGER = "endpoints.kubernetes.io/last-change-trigger-time"
 WARMUP = 0.5  # seconds of each dnsperf run whose latencies are dropped (dnsperf's own start)
 DRAIN = 3.0  # seconds after the churn stops before the final answers are checked
+REFERENCES = ("floor", "knot")  # --reference: servers that watch nothing (see the module's docstring)
 
 
 # =========================================================================== objects
@@ -227,6 +235,7 @@ class Bench:
         self.spec = Spec(imports=args.imports, headless=())
         self.testbed: Testbed | None = None
         self.coredns_bin: Path | None = None
+        self.files: dict[str, Path] = {}  # the data set written out for the --reference servers
 
     def start(self) -> None:
         self.testbed, self.coredns_bin = start_testbed()
@@ -235,6 +244,10 @@ class Bench:
         count, seconds = apiload.create_all(self.testbed.api, objs)
         log(f"API: created {count} objects in {seconds:.1f}s")
         self.qfile = queries.write(self.args.mix, self.spec, self.work)
+        if "floor" in a.reference:
+            self.files["manifests"] = dataset.write_manifests(self.spec, self.work / "objects.json")
+        if "knot" in a.reference:
+            self.files["zone"] = dataset.write_zone(self.spec, self.work / "clusterset.local.zone")
 
     def server(self, label: str) -> Server:
         assert self.testbed is not None and self.coredns_bin is not None
@@ -243,6 +256,10 @@ class Bench:
         if is_coredns(label):  # "coredns", or "coredns-cacheN": with `cache N` (--coredns-cache)
             cache = int(label.partition("-cache")[2] or 0)
             return CoreDns(label, self.work, cpu, binary=self.coredns_bin, kubeconfig=kubeconfig, cache=cache)
+        if label == "floor":
+            return Floor(label, self.work, cpu, manifests=self.files["manifests"])
+        if label == "knot":
+            return Knot(label, self.work, cpu, zonefile=self.files["zone"])
         name, _, rest = label.partition("-w")
         workers = int(rest)
         source = None if name == "mcsdns" else self.sources[name]
@@ -257,7 +274,7 @@ class Bench:
     def labels(self) -> list[str]:
         names = ["mcsdns", *self.sources]
         return ([f"{n}-w{w}" for n in names for w in self.args.workers] + ["coredns"]
-                + [f"coredns-cache{c}" for c in self.args.coredns_cache])
+                + [f"coredns-cache{c}" for c in self.args.coredns_cache] + list(self.args.reference))
 
     def dnsperf(self) -> load.Run:
         a = self.args
@@ -269,33 +286,38 @@ class Bench:
         assert self.testbed is not None
         reset_slices(self.testbed.api, a.headless, a.endpoints)
         server = self.server(label)
-        metrics_port = server.metrics_port if isinstance(server, CoreDns) else server.http_port  # type: ignore[attr-defined]
+        reference = label in REFERENCES  # watches nothing: no metrics, no final answers to check
+        metrics_port = (server.metrics_port if isinstance(server, CoreDns)  # type: ignore[attr-defined]
+                        else None if reference else server.http_port)  # type: ignore[attr-defined]
         churn = Churn(self.testbed.kubeconfig_path, a.headless, a.endpoints, a.churners)
         try:
             server.start(queries.probe_name(self.spec), timeout=600)
             server.settle(timeout=60)
             self.port = server.port
             quiet = latency(self.dnsperf(), a.rate)
-            before = scrape(metrics_port)
+            before = scrape(metrics_port) if metrics_port else ""
             churn.start()
             time.sleep(1.0)  # the churn under way before the queries start
             busy = self.dnsperf()
             writes, seconds = churn.stop()
             time.sleep(DRAIN)
-            after = scrape(metrics_port)
-            correct = final_state_ok(server.port, self.testbed.api, a.headless)
+            after = scrape(metrics_port) if metrics_port else ""
+            correct = None if reference else final_state_ok(server.port, self.testbed.api, a.headless)
             cpu = server.cpu_seconds()
         finally:
             churn.stop()
             server.stop()
         out: dict[str, Any] = {"quiet": quiet, "churn": latency(busy, a.rate)}
-        observed = {
-            "writes": writes, "writes_per_s": round(writes / seconds), "final_answers_right": f"{correct}/{a.headless}",
-            "programming_count": total(after, "coredns_kubernetes_dns_programming_duration_seconds_count")
-            - total(before, "coredns_kubernetes_dns_programming_duration_seconds_count"),
-            "programming_p99_s": p99_between(before, after, "coredns_kubernetes_dns_programming_duration_seconds"),
-            "server_cpu_s": round(cpu, 2),
-        }
+        observed: dict[str, Any] = {"writes": writes, "writes_per_s": round(writes / seconds), "server_cpu_s": round(cpu, 2)}
+        if reference:
+            observed["watches"] = False
+        else:
+            observed.update({
+                "final_answers_right": f"{correct}/{a.headless}",
+                "programming_count": total(after, "coredns_kubernetes_dns_programming_duration_seconds_count")
+                - total(before, "coredns_kubernetes_dns_programming_duration_seconds_count"),
+                "programming_p99_s": p99_between(before, after, "coredns_kubernetes_dns_programming_duration_seconds"),
+            })
         if isinstance(server, Mcsdns):
             observed.update({
                 "slice_changes": total(after, "mcsdns_programming_duration_seconds_count", kind="endpointslice")
@@ -327,14 +349,21 @@ class Bench:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
+def references(text: str) -> list[str]:
+    """--reference's value: names from REFERENCES, comma-separated."""
+    names = [x for x in text.split(",") if x]
+    unknown = [x for x in names if x not in REFERENCES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown reference server(s) {', '.join(unknown)}: choose from {', '.join(REFERENCES)}")
+    return list(dict.fromkeys(names))
+
+
 def is_coredns(label: str) -> bool:
     """Whether a server label names a CoreDNS peer ("coredns", "coredns-cache30"), not an mcsdns."""
     return label.startswith("coredns")
 
 
 def dataset_objects(spec: Spec) -> list[dict]:
-    from . import dataset
-
     return list(dataset.objects(spec))
 
 
@@ -345,7 +374,7 @@ def summary(args: argparse.Namespace, rounds: dict[str, list[dict[str, Any]]]) -
         "settings": {"rate": args.rate, "seconds": args.seconds, "imports": args.imports, "headless": args.headless,
                      "endpoints": args.endpoints, "churners": args.churners, "cpu": args.cpu,
                      "load_cpu": args.load_cpu, "rounds": args.rounds, "mix": args.mix,
-                     "coredns_cache": args.coredns_cache},
+                     "coredns_cache": args.coredns_cache, "reference": list(args.reference)},
         "servers": {},
     }
     for label, runs in rounds.items():
@@ -404,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load-cpu", default="0", help="CPU dnsperf is pinned to ('' = any)")
     parser.add_argument("--source", action="append", default=[],
                         help="LABEL=DIR: also run the mcsdns of another checkout (A/B in one run)")
+    parser.add_argument("--reference", type=references, default=[],
+                        help="also run servers that watch nothing, comma-separated: floor (benchmarks/floor.py), knot "
+                             "(Knot DNS): what the churn costs a query on this machine whatever the server does")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here (e.g. benchmarks/results/churn.json)")
     args = parser.parse_args(argv)
     bench = Bench(args)
