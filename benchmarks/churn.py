@@ -395,18 +395,23 @@ def summary(args: argparse.Namespace, rounds: dict[str, list[dict[str, Any]]]) -
             if not is_coredns(label) and core.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
                 agg[f"vs_coredns{suffix}"] = {"mean": round(agg["churn"]["mean_ms"] / core["mean_ms"], 2),
                                                "sd": round(agg["churn"]["sd_ms"] / core["sd_ms"], 2) if core.get("sd_ms") else None}
+    floor = out["servers"].get("floor", {}).get("churn", {})
+    for label, agg in out["servers"].items():  # what a server's own churn work costs a query: its distance from the floor's
+        if not is_coredns(label) and label not in REFERENCES and floor.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
+            agg["vs_floor"] = {"mean": round(agg["churn"]["mean_ms"] / floor["mean_ms"], 2),
+                               "sd": round(agg["churn"]["sd_ms"] / floor["sd_ms"], 2) if floor.get("sd_ms") else None}
     return out
 
 
 def print_report(got: dict[str, Any]) -> None:
     print(f"{got['date']}, {got['commit']}; load average at start {got['machine']['loadavg_at_start']}, at end "
           f"{got['load_average_at_end']}; {got['settings']}")
-    print(f"{'server':<16} {'phase':<6} {'mean ms':>8} {'sd ms':>7} {'p99 ms':>7} {'max ms':>8} {'lost':>5}  vs CoreDNS")
+    print(f"{'server':<16} {'phase':<6} {'mean ms':>8} {'sd ms':>7} {'p99 ms':>7} {'max ms':>8} {'lost':>5}  vs CoreDNS (and the floor)")
     for label, agg in got["servers"].items():
         for phase in ("quiet", "churn"):
             f = agg[phase]
             ratio = ", ".join(f"{key[3:]}: mean {vs['mean']}x, sd {vs['sd']}x" for key, vs in agg.items()
-                              if key.startswith("vs_coredns")) if phase == "churn" else ""
+                              if key.startswith("vs_")) if phase == "churn" else ""
             print(f"{label:<16} {phase:<6} {f['mean_ms']!s:>8} {f['sd_ms']!s:>7} {f['p99_ms']!s:>7} {f['max_ms']!s:>8} "
                   f"{f['lost']:>5}  {ratio}")
         for r in agg["rounds"]:

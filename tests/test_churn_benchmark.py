@@ -37,6 +37,7 @@ def test_churn_benchmark_tiny(testbin: Path, tmp_path: Path) -> None:
     assert set(got["servers"]) == {"mcsdns-w1", "coredns", "coredns-cache30", "floor", "knot"}
     for label in ("mcsdns-w1", "floor", "knot"):
         assert {"vs_coredns", "vs_coredns_cache30"} <= set(got["servers"][label]), label
+    assert "vs_floor" in got["servers"]["mcsdns-w1"] and "vs_floor" not in got["servers"]["knot"]
     for label, server in got["servers"].items():
         for phase in ("quiet", "churn"):
             run = server["rounds"][0][phase]

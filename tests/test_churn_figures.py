@@ -1,0 +1,97 @@
+"""The churn figures README.md and docs/performance.md quote are the stored runs' (benchmarks/results/churn-*.json).
+
+Each ratio is recomputed from the rounds the file keeps (the median of the rounds' churn means and sds,
+as `benchmarks.churn.summary` takes them), so a figure typed by hand, or a file edited after its run,
+fails here. The reference servers (`--reference floor,knot`) watch nothing: their rounds say so and
+carry no final answers to check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+REFERENCE = RESULTS / "churn-reference-0d31688.json"  # cached names, beside the floor and Knot
+REFERENCE_CASE = RESULTS / "churn-reference-case-0d31688.json"  # off the packet cache, with `cache 30`
+REFERENCE_CPU0 = RESULTS / "churn-reference-api-on-cpu0.json"  # the API, etcd and churners on the other core
+LANDING = RESULTS / "churn-91a3860.json"
+# Off the packet cache, the landing code's mcsdns/ (label, file): the four runs the README's range spans.
+OFF_CACHE = [("base-w1", RESULTS / "churn-slice-100us.json"), ("base-w1", RESULTS / "churn-slice-4000us.json"),
+             ("mcsdns-w1", RESULTS / "churn-case-cache30-9b83163.json"), ("mcsdns-w1", REFERENCE_CASE)]
+
+
+def median(path: Path, label: str, what: str) -> float:
+    """The median over the rounds of `label`'s churn-phase `what` (mean_ms or sd_ms)."""
+    rounds = json.loads(path.read_text())["servers"][label]["rounds"]
+    return statistics.median(r["churn"][what] for r in rounds)
+
+
+def ratio(path: Path, label: str, base: str = "coredns") -> tuple[float, float]:
+    """(mean, sd) of `label` under churn over `base`'s, rounded as the docs quote them."""
+    return tuple(round(median(path, label, w) / median(path, base, w), 2) for w in ("mean_ms", "sd_ms"))  # type: ignore[return-value]
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_reference_servers_watch_nothing_and_mcsdns_applied_every_write() -> None:
+    for path in (REFERENCE, REFERENCE_CASE, REFERENCE_CPU0):
+        got = json.loads(path.read_text())
+        assert got["settings"]["reference"] == ["floor", "knot"], path.name
+        for label in ("floor", "knot"):
+            for r in got["servers"][label]["rounds"]:
+                assert r["updates"]["watches"] is False and "final_answers_right" not in r["updates"], (path.name, label)
+                assert r["churn"]["lost"] == 0 and r["updates"]["writes"] > 0, (path.name, label)
+        for r in got["servers"]["mcsdns-w1"]["rounds"]:
+            u = r["updates"]
+            assert r["churn"]["lost"] == 0 and u["final_answers_right"] == "20/20", path.name
+            assert u["slice_changes"] == u["writes"], (path.name, u)
+
+
+def test_readme_quotes_the_stored_churn_ratios() -> None:
+    readme = flat((ROOT / "README.md").read_text())
+    assert ratio(LANDING, "mcsdns-w1") == (0.62, 0.68)
+    assert ratio(REFERENCE, "mcsdns-w1") == (0.46, 0.55)
+    assert ratio(REFERENCE, "floor") == (0.32, 0.47) and ratio(REFERENCE, "knot") == (0.29, 0.47)
+    assert ("0.62x and 0.68x CoreDNS's on the landing code" in readme
+            and "0.46x and 0.55x in a later run" in readme
+            and "had 0.32x/0.47x and 0.29x/0.47x" in readme), "README's churn paragraph"
+    # Off the cache: the range over the four runs, the one with `cache 30` against it, and the floor beside it.
+    pairs = [ratio(path, label) for label, path in OFF_CACHE]
+    means, sds = [m for m, _ in pairs], [s for _, s in pairs]
+    span = f"{min(means):.2f}-{max(means):.2f}x and {min(sds):.2f}-{max(sds):.2f}x CoreDNS's in four runs"
+    assert span == "0.56-0.62x and 0.68-0.72x CoreDNS's in four runs" and span in readme
+    assert ratio(OFF_CACHE[2][1], "mcsdns-w1", "coredns-cache30") == (0.60, 0.67)
+    assert "(0.60x and 0.67x against `cache 30`)" in readme
+    assert ratio(REFERENCE_CASE, "floor") == (0.46, 0.59) and "the floor 0.46x and 0.59x" in readme
+
+
+def test_performance_doc_quotes_the_reference_runs() -> None:
+    doc = flat((ROOT / "docs" / "performance.md").read_text())
+    # The table of the cached run: each server's medians and its ratios to CoreDNS's.
+    for label, row in (("mcsdns-w1", "mcsdns"), ("floor", "the floor (`benchmarks/floor.py`)"), ("knot", "Knot DNS")):
+        mean, sd = median(REFERENCE, label, "mean_ms"), median(REFERENCE, label, "sd_ms")
+        m, s = ratio(REFERENCE, label)
+        ratios = f"**{m:.2f}x / {s:.2f}x**" if label == "mcsdns-w1" else f"{m:.2f}x / {s:.2f}x"
+        assert f"| {row} | {mean:.3f} / {sd:.3f} | {ratios} |" in doc, label
+    assert ratio(REFERENCE_CASE, "mcsdns-w1") == (0.62, 0.72) and ratio(REFERENCE_CASE, "knot") == (0.33, 0.53)
+    assert "mcsdns had 0.62x / 0.72x CoreDNS's, the floor 0.46x / 0.59x, Knot 0.33x / 0.53x" in doc
+    assert [ratio(REFERENCE_CASE, x, "coredns-cache30") for x in ("mcsdns-w1", "floor", "knot")] == [
+        (0.65, 0.74), (0.48, 0.61), (0.34, 0.54)]
+    assert "(0.65x / 0.74x, 0.48x / 0.61x and 0.34x / 0.54x against `cache 30`)" in doc
+    assert [ratio(REFERENCE_CPU0, x) for x in ("mcsdns-w1", "floor", "knot")] == [(0.70, 0.57), (0.54, 0.50), (0.48, 0.44)]
+    assert "mcsdns 0.70x / 0.57x, the floor 0.54x / 0.50x, Knot 0.48x / 0.44x" in doc
+    assert f"CoreDNS's mean barely rose ({median(REFERENCE_CPU0, 'coredns', 'mean_ms'):.3f} ms)" in doc
+    # mcsdns's distance from the floor under the same churn, in the three runs.
+    distances = [ratio(path, "mcsdns-w1", "floor") for path in (REFERENCE, REFERENCE_CASE, REFERENCE_CPU0)]
+    assert distances == [(1.45, 1.17), (1.35, 1.21), (1.31, 1.15)]
+    assert ("**1.45x the floor's mean and 1.17x its sd** on cached names, 1.35x and 1.21x off the cache, "
+            "1.31x and 1.15x with the API on the other core") in doc
+    lost = [r["churn"]["lost"] for r in json.loads(REFERENCE.read_text())["servers"]["coredns"]["rounds"]]
+    assert lost[2] == 744 and "CoreDNS lost 744 queries in its third round" in doc
+    assert re.search(r"mcsdns 0\.46x and 0\.55x, `benchmarks/floor\.py` 0\.32x and 0\.47x, Knot 0\.29x and 0\.47x", doc)
