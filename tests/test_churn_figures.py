@@ -18,6 +18,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 REFERENCE = RESULTS / "churn-reference-0d31688.json"  # cached names, beside the floor and Knot
 REFERENCE_CASE = RESULTS / "churn-reference-case-0d31688.json"  # off the packet cache, with `cache 30`
 REFERENCE_CPU0 = RESULTS / "churn-reference-api-on-cpu0.json"  # the API, etcd and churners on the other core
+WORKERS = RESULTS / "churn-workers-e8864c5.json"  # --workers 1,2 beside the floor
 LANDING = RESULTS / "churn-91a3860.json"
 # Off the packet cache, the landing code's mcsdns/ (label, file): the four runs the README's range spans.
 OFF_CACHE = [("base-w1", RESULTS / "churn-slice-100us.json"), ("base-w1", RESULTS / "churn-slice-4000us.json"),
@@ -95,3 +96,12 @@ def test_performance_doc_quotes_the_reference_runs() -> None:
     lost = [r["churn"]["lost"] for r in json.loads(REFERENCE.read_text())["servers"]["coredns"]["rounds"]]
     assert lost[2] == 744 and "CoreDNS lost 744 queries in its third round" in doc
     assert re.search(r"mcsdns 0\.46x and 0\.55x, `benchmarks/floor\.py` 0\.32x and 0\.47x, Knot 0\.29x and 0\.47x", doc)
+
+
+def test_performance_doc_quotes_the_workers_run() -> None:
+    doc = flat((ROOT / "docs" / "performance.md").read_text())
+    assert [ratio(WORKERS, x) for x in ("mcsdns-w1", "floor", "mcsdns-w2")] == [(0.56, 0.63), (0.47, 0.61), (0.66, 0.75)]
+    assert [ratio(WORKERS, x, "floor") for x in ("mcsdns-w1", "mcsdns-w2")] == [(1.19, 1.04), (1.41, 1.23)]
+    assert ("mcsdns 0.56x / 0.63x CoreDNS's and 1.19x / 1.04x the floor's (the floor 0.47x / 0.61x). With "
+            "`--workers 2`") in doc and "0.66x / 0.75x and 1.41x / 1.23x" in doc
+    assert "moved from 1.45x to 1.19x" in doc
