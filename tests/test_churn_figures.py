@@ -143,3 +143,22 @@ def test_performance_doc_quotes_the_diagnostic_runs() -> None:
     assert (min(rates), max(rates)) == (103, 146)
     assert "at 103-146 changes a second (mcsdns's rounds) the packet cache is emptied every 7-10 ms" in doc
     assert (round(1000 / max(rates)), round(1000 / min(rates))) == (7, 10)
+    rate = json.loads(DIAGNOSTICS[0].read_text())["settings"]["rate"]
+    assert (round(rate / max(rates)), round(rate / min(rates))) == (68, 97)  # queries between two emptyings: 70-100
+    assert "70-100 queries arrive between two emptyings, over 1,000 names" in doc
+
+
+def test_the_writes_a_second_the_doc_gives_each_run() -> None:
+    doc = flat((ROOT / "docs" / "performance.md").read_text())
+
+    def span(path: Path, *labels: str) -> str:
+        servers = json.loads(path.read_text())["servers"]
+        rates = [r["updates"]["writes_per_s"] for label in labels for r in servers[label]["rounds"]]
+        return f"{min(rates)}-{max(rates)}"
+
+    for label, row in (("mcsdns-w1", "mcsdns"), ("floor", "the floor (`benchmarks/floor.py`)"), ("knot", "Knot DNS"),
+                       ("coredns", "CoreDNS")):
+        assert re.search(rf"\| {re.escape(row)} \| [^|]+ \|[^|]*\| {span(REFERENCE, label)} \|", doc), label
+    everyone = ("mcsdns-w1", "coredns", "floor", "knot")
+    assert f"{span(SIX, *everyone)} writes a second" in doc and span(SIX, *everyone) == "97-172"
+    assert f"{span(REFERENCE_CPU0, *everyone)} writes a second" in doc and span(REFERENCE_CPU0, *everyone) == "46-61"
