@@ -388,18 +388,18 @@ def summary(args: argparse.Namespace, rounds: dict[str, list[dict[str, Any]]]) -
                           "max_ms": max((r[phase].get("max_ms") or 0) for r in runs),
                           "lost": sum(r[phase]["lost"] for r in runs)}
         out["servers"][label] = agg
-    for peer in [label for label in out["servers"] if is_coredns(label)]:
-        core = out["servers"][peer]["churn"]
-        suffix = peer[len("coredns"):].replace("-", "_")  # vs_coredns, vs_coredns_cache30
+    # Each server's churn mean and sd over each CoreDNS's (vs_coredns, vs_coredns_cache30), and a watching
+    # server's over the floor's (vs_floor: what its own churn work costs a query).
+    bases = [(f"vs_coredns{peer[len('coredns'):].replace('-', '_')}", peer) for peer in out["servers"] if is_coredns(peer)]
+    bases.append(("vs_floor", "floor"))
+    for key, base in bases:
+        ref = out["servers"].get(base, {}).get("churn", {})
         for label, agg in out["servers"].items():
-            if not is_coredns(label) and core.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
-                agg[f"vs_coredns{suffix}"] = {"mean": round(agg["churn"]["mean_ms"] / core["mean_ms"], 2),
-                                               "sd": round(agg["churn"]["sd_ms"] / core["sd_ms"], 2) if core.get("sd_ms") else None}
-    floor = out["servers"].get("floor", {}).get("churn", {})
-    for label, agg in out["servers"].items():  # what a server's own churn work costs a query: its distance from the floor's
-        if not is_coredns(label) and label not in REFERENCES and floor.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
-            agg["vs_floor"] = {"mean": round(agg["churn"]["mean_ms"] / floor["mean_ms"], 2),
-                               "sd": round(agg["churn"]["sd_ms"] / floor["sd_ms"], 2) if floor.get("sd_ms") else None}
+            if is_coredns(label) or (base == "floor" and label in REFERENCES):
+                continue
+            if ref.get("mean_ms") and agg["churn"]["mean_ms"] is not None:
+                agg[key] = {"mean": round(agg["churn"]["mean_ms"] / ref["mean_ms"], 2),
+                            "sd": round(agg["churn"]["sd_ms"] / ref["sd_ms"], 2) if ref.get("sd_ms") else None}
     return out
 
 
