@@ -11,11 +11,16 @@ it (the resolver raised, no forwarder, --max-concurrent reached, no upstream
 answered) are decided here too: `Resolver.panicked`, `not_forwarding`,
 `forward_overloaded`, `forward_failed`.
 
-Two bounded caches sit in front of that, both emptied whenever the table's
-generation changes (any change to the data bumps it, and the SOA serial with
-it) and both filled only once the sources are synced (before, NXDOMAIN must
-become SERVFAIL). A hit needs no check of that: a store that synced never
-stops being synced (`Store.synced_all`):
+Two bounded caches sit in front of that, both filled only once the sources
+are synced (before, NXDOMAIN must become SERVFAIL). A hit needs no check of
+that: a store that synced never stops being synced (`Store.synced_all`).
+The first query of a new table generation (any change to the data makes one,
+and a new SOA serial with it) drops what the change made wrong
+(`catch_up`): the cached answers of the services it changed, and every
+cached reply that is not one service's answer (negative replies hold the SOA
+and so the serial; which names exist changes with any service). Answers of
+the services it left alone stay cached: under API churn most queries are
+not for the churned services.
 
 * the packet cache maps a UDP query's bytes after the ID to its reply's
   bytes after the ID. A reply is a pure function of those bytes and the
@@ -147,6 +152,10 @@ class Resolver:
         self._folded: dict[bytes, tuple] = {}
         self._folded_queries: dict[bytes, Query] = {}  # the same key -> the parsed query
         self._packet_bytes = 0
+        # Who each entry of the two packet caches is dropped with (`catch_up`): (folded, key, estimated size)
+        # by the `children` name of the service it answers (`Table.owner`), or in `_unowned` (every other).
+        self._owned: dict[bytes, list[tuple[bool, bytes, int]]] = {}
+        self._unowned: list[tuple[bool, bytes, int]] = []
         self._negative: dict[bytes, Body] = {}  # lookup key -> NXDOMAIN/NODATA body
         self._absent: dict[tuple, tuple[bytes, bytes, Query]] = {}  # see _absent_child
         # Scratch of one `resolve` call (reset at its start, read before it returns):
@@ -184,7 +193,7 @@ class Resolver:
         """
         table = self.table
         if table.generation != self._generation:
-            self.flush()
+            self.catch_up()
         if tcp:
             return self._handle(data, True)
         exact = data[2:]
@@ -308,6 +317,19 @@ class Resolver:
             self._clear_packets()
             self._packet_bytes = size
         q.tally = REUSED  # every hit returns this object with the same reply: observers may precompute
+        # One service's answer: NOERROR with answers and no authority (so no SOA, no serial), for a name at
+        # or below a compiled service (`Table.owner`: what nothing but that service's objects decides).
+        owner = None
+        if reply[3] & 0x0F == 0 and (reply[6] or reply[7]) and not (reply[8] or reply[9]):
+            owner = self.table.owner(q.lname)
+        if owner is None:
+            self._unowned.append((folded, key, size))
+        else:
+            entries = self._owned.get(owner)
+            if entries is None:
+                self._owned[owner] = [(folded, key, size)]
+            else:
+                entries.append((folded, key, size))
         if folded:
             self._folded[key] = entry  # type: ignore[assignment]
             self._folded_queries[key] = q
@@ -320,9 +342,51 @@ class Resolver:
         self._packet_queries.clear()
         self._folded.clear()
         self._folded_queries.clear()
+        self._owned.clear()
+        self._unowned = []
+
+    def _drop(self, entries: list[tuple[bool, bytes, int]]) -> None:
+        """Forget these packet-cache entries (`_owned`, `_unowned`)."""
+        packets, queries, folded_packets, folded_queries = self._packets, self._packet_queries, self._folded, self._folded_queries
+        for folded, key, size in entries:
+            if folded:
+                if folded_packets.pop(key, None) is not None:
+                    del folded_queries[key]
+                    self._packet_bytes -= size
+            elif packets.pop(key, None) is not None:
+                del queries[key]
+                self._packet_bytes -= size
+
+    def catch_up(self) -> None:
+        """The table moved to a new generation: drop the cached replies its changes made wrong (the
+        module docstring), or every one when the table's log (`Table.changed`) does not say which."""
+        table = self.table
+        changed = table.changed
+        behind = table.generation - self._generation
+        if not 0 < behind <= len(changed) or changed[-behind][0] != self._generation + 1:
+            self.flush()
+            return
+        services: set[bytes] = set()
+        for at in range(len(changed) - behind, len(changed)):
+            names = changed[at][1]
+            if names is None:
+                self.flush()
+                return
+            services.update(names)
+        self._generation = table.generation
+        self._synced = table.settled
+        self._negative.clear()
+        self._absent.clear()
+        self._drop(self._unowned)
+        self._unowned = []
+        owned = self._owned
+        for name in services:
+            entries = owned.pop(name, None)
+            if entries is not None:
+                self._drop(entries)
 
     def flush(self) -> None:
-        """Forget every cached reply (the table changed)."""
+        """Forget every cached reply."""
         self._generation = self.table.generation
         self._synced = self.table.settled
         self._clear_packets()

@@ -29,7 +29,7 @@ import functools
 import gc
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from ..store import Changes, ServiceKey, Store
 
@@ -80,6 +80,8 @@ class Schedule:
         def compile(self, key: ServiceKey) -> None: ...
 
         def _synced(self, triggers: dict[ServiceKey, str]) -> None: ...
+
+        def advance(self, services: Iterable[ServiceKey] | None) -> None: ...
 
     def _begin_schedule(self) -> None:
         # Until the initial sync nothing is compiled (see the module docstring); this keeps the
@@ -187,7 +189,7 @@ class Schedule:
         if behind:
             return True
         self._behind_keys = None
-        self.generation += 1
+        self.advance(None)
         log.info("compiled every service (%d)", len(self.owned))
         return False
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections import deque
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Callable, Iterable, Protocol
@@ -61,6 +62,9 @@ STEP_SECONDS = 0.0002
 # readiness flip renders the same ones again); past this many per endpoint they are dropped and
 # derived afresh, so endpoints that come and go do not pile up.
 NAMES_PER_ENDPOINT = 8
+# The last generations whose changed services `changed` names: a resolver this few generations behind
+# drops only those services' cached replies (and every reply that is not one service's answer).
+CHANGE_LOG = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,9 @@ class Table(Schedule):
         self.owned: dict[ServiceKey, list[bytes]] = {}  # exactly the services that exist in an exposed namespace
         self.serial = clock_serial()
         self.generation = 0
+        # Per generation, newest last: (the generation, the `children` names of the services whose answers it
+        # changed; None: any answer may have changed). What the resolver's caches drop (`Resolver.catch_up`).
+        self.changed: deque[tuple[int, frozenset[bytes] | None]] = deque(maxlen=CHANGE_LOG)
         self.journal: SerialLog | None = None  # --transfer-to: the IXFR journal, told of every serial change
         self._soa: dict[int, bytes] = {}
         self._negative: dict[tuple[int, int], Body] = {}
@@ -222,7 +229,9 @@ class Table(Schedule):
             self._stepping = None
         if self.dnssd is not None:
             self.dnssd.update(services, changes.namespaces)
-        self.bump(services)
+        # A namespace or the local cluster changes more than its services' answers (which names exist
+        # around them): the caches start over then.
+        self.bump(services, scoped=not (changes.namespaces or changes.cluster_id))
         if self.on_stamped is not None:
             for kind, stamp in changes.stamps:
                 self.on_stamped(kind, stamp)
@@ -247,10 +256,13 @@ class Table(Schedule):
             self.dnssd.full()
         self.bump(None)
 
-    def bump(self, services: Iterable[ServiceKey] | None) -> None:
-        """A new serial (decision 9, `clock_serial`) for a change to `services` (None: the initial sync)."""
+    def bump(self, services: Iterable[ServiceKey] | None, scoped: bool = True) -> None:
+        """A new serial (decision 9, `clock_serial`) for a change to `services` (None: the initial sync);
+        `scoped`: only their answers changed (see `advance`)."""
         before = self.serial
-        self.generation += 1
+        if services is not None:
+            services = list(services)
+        self.advance(services if scoped else None)
         self.serial = next_serial(self.serial)
         if self.journal is not None:
             if services is None:
@@ -273,10 +285,29 @@ class Table(Schedule):
         generation, as the resolver's caches hold replies with the SOA in them."""
         if self.journal is not None:
             self.journal.renumber(self.serial, serial)
-        self.generation += 1
+        self.advance(())
         self.serial = serial
         self._soa.clear()
         self._compile_apex()
+
+    def advance(self, services: Iterable[ServiceKey] | None) -> None:
+        """A new generation, in which the answers of `services` changed and nothing else but the serial
+        (None: anything may have). Every cached reply that is not one service's answer (a negative one
+        holds the SOA, so the serial) is dropped at each: `changed` names only the services."""
+        self.generation += 1
+        names = None if services is None else frozenset(n for key in services for n, _ in self._service_names(key))
+        self.changed.append((self.generation, names))
+
+    def owner(self, lname: bytes) -> bytes | None:
+        """The `children` name (`<service>.<namespace>.svc.<zone>`) that `lname` (wire form, lower case)
+        is or is below; None: no compiled service's."""
+        children = self.children
+        at, end = 0, len(lname) - 1
+        while at < end:
+            if lname[at:] in children:
+                return lname[at:]
+            at += lname[at] + 1
+        return None
 
     def _withdraw(self, key: ServiceKey) -> list[tuple[bytes, bytes]]:
         """Remove one service's answers and its `children` entries; returns its `children` entries."""
