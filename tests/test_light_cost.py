@@ -26,13 +26,16 @@ FLOOR = ROOT / "benchmarks" / "results" / "light_cost-floor.json"  # --ours floo
 BESIDE = ROOT / "benchmarks" / "results" / "light_cost-beside-floor.json"  # mcsdns in the same hour
 THREE_WAY = [ROOT / "benchmarks" / "results" / f"light_cost-three-way{s}.json" for s in ("-before", "")]  # --beside-floor
 RESULTS = ROOT / "benchmarks" / "results"
-# --beside-floor on the landing code's mcsdns/ (e018c8f's, from a clean checkout) twice, in turns with two runs of
-# the commit before it; then the runs of earlier README tables: 6e9648a's pair (run from the working tree just
-# before that commit, which each file's note says) and a later run of the same mcsdns/ (f5b9fed), 475c1bd's pair
-# and the one of d9597a9 (another VM).
-LANDING = "e018c8f"
+# --beside-floor on the landing code's mcsdns/ (0d11083's, from a clean checkout) twice, in turns with one run of
+# the commit before it (8bda597, whose mcsdns/ is e018c8f's); then the runs of earlier README tables: e018c8f's pair
+# with the pair of the commit before it (a93cb13), 6e9648a's pair (run from the working tree just before that commit,
+# which each file's note says) and a later run of the same mcsdns/ (f5b9fed), 475c1bd's pair and the one of d9597a9
+# (another VM).
+LANDING = "0d11083"
 LATEST = [RESULTS / f"light_cost-three-way-{LANDING}.json", RESULTS / f"light_cost-three-way-{LANDING}-2.json"]
-BEFORE = [RESULTS / "light_cost-three-way-a93cb13.json", RESULTS / "light_cost-three-way-a93cb13-2.json"]
+BEFORE = [RESULTS / "light_cost-three-way-8bda597.json"]
+BATCHED = [RESULTS / "light_cost-three-way-e018c8f.json", RESULTS / "light_cost-three-way-e018c8f-2.json"]
+BATCHED_BEFORE = [RESULTS / "light_cost-three-way-a93cb13.json", RESULTS / "light_cost-three-way-a93cb13-2.json"]
 TIMERFD = [RESULTS / "light_cost-three-way-6e9648a.json", RESULTS / "light_cost-three-way-6e9648a-2.json"]
 TIMERFD_LATER = RESULTS / "light_cost-three-way-f5b9fed.json"
 EARLIER = [RESULTS / "light_cost-three-way-475c1bd.json", RESULTS / "light_cost-three-way-475c1bd-2.json"]
@@ -207,18 +210,22 @@ def test_the_performance_doc_quotes_mcsdns_beside_the_floor_before_and_after() -
     before20, before5 = spans[0]  # (the claims row quotes the run before the UDP wakeups left the event loop)
     latest = [json.loads(path.read_text()) for path in LATEST]
     assert all(run["rounds"] >= 3 and _landing(run) for run in latest) and LANDING in doc
-    assert [json.loads(path.read_text())["commit"] for path in BEFORE] == ["a93cb13"] * 2
-    assert all(path.name in doc for path in LATEST + BEFORE + TIMERFD + EARLIER + [TIMERFD_LATER, PREVIOUS])
+    assert [json.loads(path.read_text())["commit"] for path in BEFORE] == ["8bda597"]
+    assert [json.loads(path.read_text())["commit"] for path in BATCHED + BATCHED_BEFORE] == ["e018c8f"] * 2 + ["a93cb13"] * 2
+    assert all(path.name in doc for path in LATEST + BEFORE + BATCHED + BATCHED_BEFORE + TIMERFD + EARLIER
+               + [TIMERFD_LATER, PREVIOUS])
 
     def spans(*paths: Path) -> tuple[str, str]:
         runs = [json.loads(path.read_text()) for path in paths]
         return _span(_beside_floor(*runs), "20000"), _span(_beside_floor(*runs), "5000")
 
     (latest20, latest5), (prior20, prior5) = spans(*LATEST), spans(*BEFORE)
+    (batched20, batched5), (unbatched20, unbatched5) = spans(*BATCHED), spans(*BATCHED_BEFORE)
     (timerfd20, timerfd5), (later20, later5) = spans(*TIMERFD), spans(TIMERFD_LATER)
     (earlier20, earlier5), (previous20, previous5) = spans(*EARLIER), spans(PREVIOUS)
     claim = (f"{latest20} at 20,000 q/s, {latest5} at 5,000 on the landing code, two runs ({prior20} and {prior5} "
-             f"for the code before it, a93cb13, in turns with them); {timerfd20} and {timerfd5} at 6e9648a (a later "
+             f"for the code before it, 8bda597, one run in turns with them); {batched20} and {batched5} at e018c8f "
+             f"({unbatched20} and {unbatched5} for a93cb13 in turns with them); {timerfd20} and {timerfd5} at 6e9648a (a later "
              f"run of the same mcsdns/: {later20} and {later5}); {earlier20} and {earlier5} at 475c1bd; {previous20} "
              f"and {previous5} at d9597a9 on another VM; {before20} and {before5} before the UDP wakeups left the "
              f"event loop")
