@@ -60,15 +60,16 @@ def records(wire: bytes) -> tuple:
 
 
 def assert_fresh(r: Resolver, ordered: bool = True) -> None:
-    """Every packet, asked twice (the second a hit if the first was cached), gets what a resolver that
-    has cached nothing gives it."""
+    """Every packet, asked twice (the second a hit if the first was cached), gets what a resolver made
+    now (which has cached nothing from before the change) gives it."""
+    fresh = type(r)(r.table)
     for packet in PACKETS:
-        want = type(r)(r.table).handle(packet)
+        want = fresh.handle(packet)
         for _ in range(2):
             got = r.handle(packet)
             if ordered:
                 assert got == want, dns.message.from_wire(packet).question
-            else:
+            elif got != want:  # (the same records, rotated)
                 assert records(got) == records(want), dns.message.from_wire(packet).question
 
 
