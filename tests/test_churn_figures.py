@@ -70,8 +70,11 @@ def test_readme_quotes_the_stored_churn_ratios() -> None:
     # Off the cache: the landing code beside the code before it, against CoreDNS with and without `cache 30`.
     assert [ratio(SCOPED_CASE, x) for x in ("mcsdns-w1", "base-w1", "floor")] == [(0.45, 0.57), (0.68, 0.75), (0.47, 0.60)]
     assert ratio(SCOPED_CASE, "mcsdns-w1", "coredns-cache30") == (0.53, 0.70)
-    assert ("two rounds: 0.45x and 0.57x CoreDNS's (0.53x and 0.70x against `cache 30`), the code before it 0.68x and "
-            "0.75x, the floor 0.47x and 0.60x (`churn-scoped-case-0d11083.json`)") in readme
+    assert ("(`--mix clusterset_a_case --coredns-cache 30 --rounds 2`): 0.45x and 0.57x CoreDNS's (0.53x and 0.70x "
+            "against `cache 30`), the code before it 0.68x and 0.75x, the floor 0.47x and 0.60x "
+            "(`churn-scoped-case-0d11083.json`)") in readme
+    settings = json.loads(SCOPED_CASE.read_text())["settings"]
+    assert (settings["mix"], settings["coredns_cache"], settings["rounds"]) == ("clusterset_a_case", [30], 2)
 
 
 def test_the_claims_row_quotes_every_churn_run_it_names() -> None:
