@@ -13,9 +13,7 @@ import copy
 import random
 
 import dns.message
-import dns.rrset
 import pytest
-import yaml
 
 from mcsdns.objects import convert
 from mcsdns.serve.loadbalance import RoundRobinResolver
@@ -23,17 +21,12 @@ from mcsdns.serve.resolve import Resolver
 from mcsdns.zone.table import CHANGE_LOG
 from testsupport.cases import MAIN
 from testsupport.inprocess import build_resolver
-from test_resolve_lanes import edns_query, mixed_case, plain_query, wire_name
-from test_zone import FIXTURES
+from test_resolve_lanes import edns_query, mixed_case, objects_of_contract, plain_query
 
 QTYPES = (1, 28, 33, 6, 16)  # A AAAA SRV SOA TXT
 EXTRA = ("nothere.testns.svc.clusterset.local", "svcnew.testns.svc.clusterset.local",
          "ep1a.cluster1.svc1.testns.svc.clusterset.local", "ep9.cluster1.svc1.testns.svc.clusterset.local",
          "testns.svc.clusterset.local", "clusterset.local")
-
-
-def contract_objects() -> list[dict]:
-    return [doc for doc in yaml.safe_load_all((FIXTURES / "contract.yaml").read_text()) if doc]
 
 
 def packets() -> list[bytes]:
@@ -74,10 +67,7 @@ def assert_fresh(r: Resolver, ordered: bool = True) -> None:
 
 
 def build(objects: list[dict], resolver: type[Resolver] = Resolver) -> Resolver:
-    made = build_resolver(objects=objects, namespaces=frozenset({"testns"}), ttl=5)
-    made.table.store.mark_synced("Namespace")
-    for kind in ("ServiceImport", "EndpointSlice"):
-        made.table.store.mark_synced(kind)
+    made = build_resolver(objects=objects, namespaces=frozenset({"testns"}), ttl=5, synced=True)
     return made if resolver is Resolver else resolver(made.table)
 
 
@@ -101,7 +91,6 @@ def mutations(objects: list[dict], rng: random.Random):
             yield "apply", live[key]
             continue
         if roll < 0.3:
-            obj = copy.deepcopy(obj)
             obj["metadata"]["name"] = "svcnew" if obj["kind"] == "ServiceImport" else "svcnew-c1"
             if obj["kind"] == "EndpointSlice":
                 obj["metadata"]["labels"]["multicluster.kubernetes.io/service-name"] = "svcnew"
@@ -134,7 +123,7 @@ def change(r: Resolver, what: str, obj: dict) -> None:
 
 @pytest.mark.parametrize("resolver_class", [Resolver, RoundRobinResolver], ids=["default", "loadbalance"])
 def test_no_cached_reply_outlives_a_change_that_makes_it_wrong(resolver_class):
-    objects = contract_objects()
+    objects = objects_of_contract()
     r = build(objects, resolver_class)
     rng = random.Random(50)
     steps = mutations(objects, rng)
@@ -148,7 +137,7 @@ def test_no_cached_reply_outlives_a_change_that_makes_it_wrong(resolver_class):
 
 
 def test_a_change_keeps_the_cached_answers_of_the_services_it_left_alone():
-    objects = contract_objects()
+    objects = objects_of_contract()
     r = build(objects)
     assert_fresh(r)
     svc1_a = plain_query("svc1.testns.svc.clusterset.local", 1)
@@ -180,7 +169,7 @@ def test_a_change_keeps_the_cached_answers_of_the_services_it_left_alone():
 
 
 def test_a_resolver_further_behind_than_the_log_starts_over():
-    objects = contract_objects()
+    objects = objects_of_contract()
     r = build(objects)
     assert_fresh(r)
     assert r._packets
@@ -192,7 +181,7 @@ def test_a_resolver_further_behind_than_the_log_starts_over():
 
 
 def test_a_namespace_change_starts_the_caches_over():
-    objects = contract_objects()
+    objects = objects_of_contract()
     r = build(objects)
     assert_fresh(r)
     r.table.store.delete("Namespace", "", "testns")
